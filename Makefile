@@ -1,0 +1,29 @@
+# Both targets create or refresh .venv from pyproject.toml: nothing is installed by hand.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint venv clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/servesim run scenarios/quickstart.yaml --out results/quickstart --overwrite
+
+lint: $(STAMP)
+	$(BIN)/ruff check simulator tests benchmarks
+	$(BIN)/ruff format --check simulator tests benchmarks
+	$(BIN)/mypy simulator
+
+test: lint
+	$(BIN)/python -m pytest -n 2 -q tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

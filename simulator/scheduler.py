@@ -1,0 +1,170 @@
+"""The step scheduler of ``shared/spec/scheduler.md``: continuous batching, chunked prefill,
+recompute preemption under a token budget, ``max_num_seqs`` and a KV-block budget.
+
+A plain object with no clock, no randomness and no I/O: the engine calls ``schedule()``, lets
+the cost model time the step, then calls ``update()``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable
+
+from simulator.sequence import Sequence, SequenceStatus
+
+__all__ = ["Scheduler", "Sequence", "SequenceStatus"]
+
+
+def _positive(name: str, value: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+class Scheduler:
+    """vLLM-v1-style step scheduler, exact to the spec."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        sample_fn: Callable[[Sequence], int],
+        eos_token_id: int | None = None,
+    ) -> None:
+        self.num_blocks = _positive("num_blocks", num_blocks)
+        self.block_size = _positive("block_size", block_size)
+        self.max_num_seqs = _positive("max_num_seqs", max_num_seqs)
+        self.max_num_batched_tokens = _positive("max_num_batched_tokens", max_num_batched_tokens)
+        self.sample_fn = sample_fn
+        self.eos_token_id = eos_token_id
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.finished: list[Sequence] = []
+        self.blocks_used = 0
+        self.num_preemptions = 0
+        self._known: set[Hashable] = set()
+        self._scheduled: dict[Hashable, int] = {}
+        self._by_id: dict[Hashable, Sequence] = {}
+
+    # -- admission -------------------------------------------------------------------------
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """Blocks needed to hold ``num_tokens`` tokens of KV."""
+        return -(-num_tokens // self.block_size)
+
+    def can_ever_fit(self, seq: Sequence) -> bool:
+        """Whether the sequence's largest KV footprint fits in an empty cache."""
+        return self.blocks_for(seq.max_kv_tokens) <= self.num_blocks
+
+    def add(self, seq: Sequence) -> None:
+        """Append a new sequence to the tail of ``waiting``."""
+        if seq.seq_id in self._known:
+            raise ValueError(f"sequence {seq.seq_id!r} was already added")
+        if seq.status is not SequenceStatus.WAITING or seq.num_computed or seq.output:
+            raise ValueError(f"sequence {seq.seq_id!r} is not new (status {seq.status.value})")
+        if not self.can_ever_fit(seq):
+            raise ValueError(
+                f"sequence {seq.seq_id!r} can never fit: prompt_len {seq.prompt_len} + "
+                f"max_tokens {seq.max_tokens} - 1 = {seq.max_kv_tokens} tokens need "
+                f"{self.blocks_for(seq.max_kv_tokens)} blocks of {self.block_size}, "
+                f"but num_blocks is {self.num_blocks}"
+            )
+        self._known.add(seq.seq_id)
+        self._by_id[seq.seq_id] = seq
+        self.waiting.append(seq)
+
+    # -- blocks ----------------------------------------------------------------------------
+
+    def _try_grow(self, seq: Sequence, num_tokens: int) -> bool:
+        """Give ``seq`` the blocks for ``num_tokens`` tokens if they fit; else change nothing."""
+        need = -(-num_tokens // self.block_size) - seq.num_blocks
+        if need <= 0:
+            return True
+        if self.blocks_used + need > self.num_blocks:
+            return False
+        seq.num_blocks += need
+        self.blocks_used += need
+        return True
+
+    def _free(self, seq: Sequence) -> None:
+        self.blocks_used -= seq.num_blocks
+        seq.num_blocks = 0
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Recompute preemption: drop the KV, keep the output, back to the head of waiting."""
+        self.running.remove(seq)
+        self._free(seq)
+        seq.num_computed = 0
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    # -- the step --------------------------------------------------------------------------
+
+    def schedule(self) -> dict[Hashable, int]:
+        """Plan one step: ``{seq_id: tokens to compute}``, running first, then FCFS admissions."""
+        budget = self.max_num_batched_tokens
+        plan: dict[Hashable, int] = {}
+        running = self.running
+        # Phase 1: an index loop, because preemption shortens ``running`` under our feet.
+        i = 0
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            n = min(seq.num_tokens - seq.num_computed, budget)
+            while not self._try_grow(seq, seq.num_computed + n):
+                victim = running[-1]
+                self._preempt(victim)
+                if victim is seq:
+                    break
+            else:
+                plan[seq.seq_id] = n
+                budget -= n
+                i += 1
+        # Phase 2: strictly FCFS; a head that does not fit blocks everybody behind it.
+        waiting = self.waiting
+        while waiting and budget > 0 and len(running) < self.max_num_seqs:
+            seq = waiting[0]
+            n = min(seq.num_tokens - seq.num_computed, budget)
+            if not self._try_grow(seq, seq.num_computed + n):
+                break
+            waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            running.append(seq)
+            plan[seq.seq_id] = n
+            budget -= n
+        self._scheduled = plan
+        return dict(plan)
+
+    def update(self) -> list[Sequence]:
+        """Apply the last plan: advance KV, sample completed sequences, retire finished ones."""
+        done: list[Sequence] = []
+        by_id = self._by_id
+        eos = self.eos_token_id
+        for seq_id, n in self._scheduled.items():
+            seq = by_id[seq_id]
+            seq.num_computed += n
+            if seq.num_computed == seq.num_tokens:
+                tok = self.sample_fn(seq)
+                seq.output.append(tok)
+                if tok == eos or len(seq.output) >= seq.max_tokens:
+                    done.append(seq)
+        for seq in done:
+            seq.status = SequenceStatus.FINISHED
+            self.running.remove(seq)
+            self._free(seq)
+            self.finished.append(seq)
+            del by_id[seq.seq_id]
+        self._scheduled = {}
+        return done
+
+    @property
+    def scheduled(self) -> dict[Hashable, int]:
+        """The plan of the step in flight (empty between ``update()`` and ``schedule()``)."""
+        return self._scheduled
+
+    def has_work(self) -> bool:
+        """Whether any sequence is waiting or running."""
+        return bool(self.waiting or self.running)
