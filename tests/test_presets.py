@@ -1,0 +1,175 @@
+"""Model/hardware presets: parameter counts against published sizes, loading and errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator.errors import InputError
+from simulator.presets import (
+    HardwareSpec,
+    ModelSpec,
+    configs_dir,
+    derive_num_blocks,
+    list_presets,
+    load_hardware,
+    load_model,
+)
+
+# Published parameter counts (model cards / papers), in billions.
+PUBLISHED_B = {
+    "llama-2-7b": 6.74,
+    "llama-2-70b": 68.98,
+    "llama-3-8b": 8.03,
+    "llama-3-70b": 70.55,
+    "bloom-176b": 176.2,
+    "qwen-2.5-7b": 7.61,
+}
+
+
+def test_list_presets_has_every_required_name_sorted() -> None:
+    presets = list_presets()
+    assert presets["models"] == sorted(PUBLISHED_B)
+    assert presets["hardware"] == ["a100-80gb", "h100-sxm", "h200"]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_B))
+def test_num_params_matches_published_size(name: str) -> None:
+    spec = load_model(name)
+    assert spec.name == name
+    assert spec.source
+    assert spec.num_params / 1e9 == pytest.approx(PUBLISHED_B[name], rel=0.03)
+    assert spec.weight_bytes == 2 * spec.num_params
+
+
+def test_llama2_7b_counts_by_hand() -> None:
+    spec = load_model("llama-2-7b")
+    embed = 32000 * 4096
+    per_layer = 4 * 4096 * 4096 + 3 * 4096 * 11008
+    assert spec.num_params == 2 * embed + 32 * per_layer == 6_738_149_376
+    assert spec.kv_bytes_per_token == 2 * 32 * 32 * 128 * 2 == 524_288
+    # embeddings are a lookup, the LM head is a matmul
+    assert spec.flops_per_token_matmul == 2 * (32 * per_layer + embed)
+
+
+def test_gqa_shrinks_kv_and_attention_weights() -> None:
+    spec = load_model("llama-3-8b")
+    assert spec.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2  # 8 KV heads, not 32
+    q_and_o = 2 * 4096 * 4096
+    k_and_v = 2 * 4096 * 8 * 128
+    assert spec.attn_params_per_layer == q_and_o + k_and_v
+
+
+def test_bloom_tied_embeddings_and_ungated_mlp() -> None:
+    spec = load_model("bloom-176b")
+    assert not spec.gated_mlp and spec.tie_embeddings
+    assert spec.mlp_params_per_layer == 2 * 14336 * 4 * 14336
+    embed = 250880 * 14336
+    layers = 70 * (4 * 14336 * 14336 + 8 * 14336 * 14336)
+    assert spec.num_params == embed + layers  # embedding counted once
+    assert spec.flops_per_token_matmul == 2 * (layers + embed)  # the tied head still multiplies
+
+
+def test_hardware_presets_are_datasheet_figures() -> None:
+    a100 = load_hardware("a100-80gb")
+    assert (a100.peak_flops, a100.hbm_bandwidth, a100.memory_bytes) == (312e12, 2.039e12, 80e9)
+    h100 = load_hardware("h100-sxm")
+    assert (h100.peak_flops, h100.hbm_bandwidth, h100.memory_bytes) == (989e12, 3.35e12, 80e9)
+    h200 = load_hardware("h200")
+    assert (h200.peak_flops, h200.hbm_bandwidth, h200.memory_bytes) == (989e12, 4.8e12, 141e9)
+
+
+def test_derive_num_blocks_by_hand() -> None:
+    model, hw = load_model("llama-2-7b"), load_hardware("a100-80gb")
+    # (80e9 * 0.9 - 6_738_149_376 * 2) / (524_288 * 16) = 58_523_701_248 / 8_388_608 = 6976.6
+    assert derive_num_blocks(model, hw, tp=1, block_size=16) == 6976
+    # tp=2 adds a whole GPU of memory for KV: (144e9 - 13_476_298_752) / 8_388_608 = 15559.9
+    assert derive_num_blocks(model, hw, tp=2, block_size=16) == 15559
+
+
+def test_derive_num_blocks_rejects_model_that_does_not_fit() -> None:
+    model, hw = load_model("llama-2-70b"), load_hardware("a100-80gb")
+    with pytest.raises(InputError, match="llama-2-70b"):
+        derive_num_blocks(model, hw, tp=1, block_size=16)
+    assert derive_num_blocks(model, hw, tp=4, block_size=16) > 0
+
+
+@pytest.mark.parametrize(
+    ("tp", "block_size", "util"), [(0, 16, 0.9), (1, 0, 0.9), (1, 16, 0.0), (1, 16, 1.5)]
+)
+def test_derive_num_blocks_rejects_bad_arguments(tp: int, block_size: int, util: float) -> None:
+    model, hw = load_model("llama-2-7b"), load_hardware("a100-80gb")
+    with pytest.raises(InputError):
+        derive_num_blocks(model, hw, tp=tp, block_size=block_size, gpu_memory_utilization=util)
+
+
+def test_unknown_preset_names_it_and_lists_known() -> None:
+    with pytest.raises(InputError) as exc:
+        load_model("gpt-5")
+    msg = str(exc.value)
+    assert "gpt-5" in msg and "llama-2-7b" in msg and "\n" not in msg
+    with pytest.raises(InputError, match="tpu-v9.*a100-80gb"):
+        load_hardware("tpu-v9")
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_load_by_path(tmp_path: Path) -> None:
+    src = (configs_dir() / "hardware" / "h200.yaml").read_text()
+    path = _write(tmp_path / "mine.yaml", src.replace("name: h200", "name: mine"))
+    assert load_hardware(str(path)).name == "mine"
+
+
+def test_missing_path_is_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not found"):
+        load_model(str(tmp_path / "nope.yaml"))
+
+
+def test_bad_yaml_names_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path / "broken.yaml", "name: [unclosed\n  x: 1\n")
+    with pytest.raises(InputError) as exc:
+        load_model(str(path))
+    assert "broken.yaml" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_non_mapping_yaml_is_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="mapping"):
+        load_hardware(str(_write(tmp_path / "list.yaml", "- 1\n- 2\n")))
+
+
+def test_bad_field_names_file_and_field(tmp_path: Path) -> None:
+    src = (configs_dir() / "models" / "llama-2-7b.yaml").read_text()
+    path = _write(tmp_path / "neg.yaml", src.replace("num_layers: 32", "num_layers: -1"))
+    with pytest.raises(InputError, match=r"neg\.yaml.*num_layers"):
+        load_model(str(path))
+    path = _write(tmp_path / "extra.yaml", src + "rope_theta: 10000\n")
+    with pytest.raises(InputError, match="rope_theta"):
+        load_model(str(path))
+    path = _write(tmp_path / "gqa.yaml", src.replace("num_kv_heads: 32", "num_kv_heads: 5"))
+    with pytest.raises(InputError, match="num_kv_heads"):
+        load_model(str(path))
+
+
+def test_env_overrides_configs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "hardware").mkdir()
+    src = (configs_dir() / "models" / "llama-3-8b.yaml").read_text()
+    _write(tmp_path / "models" / "tiny.yaml", src.replace("name: llama-3-8b", "name: tiny"))
+    monkeypatch.setenv("SERVESIM_CONFIGS", str(tmp_path))
+    assert configs_dir() == tmp_path
+    assert list_presets() == {"models": ["tiny"], "hardware": []}
+    assert load_model("tiny").name == "tiny"
+    with pytest.raises(InputError, match="llama-3-8b"):
+        load_model("llama-3-8b")
+
+
+def test_specs_forbid_extra_fields() -> None:
+    fields = {"name": "x", "source": "y", "peak_flops": 1, "hbm_bandwidth": 1, "memory_bytes": 1}
+    assert HardwareSpec.model_validate(fields).peak_flops == 1
+    with pytest.raises(ValueError):
+        HardwareSpec.model_validate({**fields, "z": 1})
+    assert "tie_embeddings" in ModelSpec.model_fields
