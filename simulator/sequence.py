@@ -49,7 +49,7 @@ class Sequence:
 
     @property
     def max_kv_tokens(self) -> int:
-        """Most tokens whose KV this sequence can ever hold (the last sample's is never computed)."""
+        """Most tokens of KV this sequence can ever hold (the last sample never gets KV)."""
         return self.prompt_len + self.max_tokens - 1
 
     def __repr__(self) -> str:

@@ -24,7 +24,7 @@ class Req:
 
 
 def sampler(reqs: dict[Hashable, Req]):  # type: ignore[no-untyped-def]
-    """A token that depends only on (request, position): what a real model with fixed seeds gives."""
+    """A token that depends only on (request, position), like a model with fixed seeds."""
 
     def sample(seq: Sequence) -> int:
         pos = len(seq.output)
