@@ -1,3 +1,18 @@
 """servesim: a discrete-event simulator of an LLM inference server."""
 
+from __future__ import annotations
+
 __version__ = "0.1.0"
+
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simulator.engine import SimulationResult
+
+
+def run(scenario: Any, *, progress: bool | None = False) -> SimulationResult:
+    """Simulate a scenario (ScenarioConfig, dict or YAML path) and return its result."""
+    from simulator.runner import run as _run
+
+    return _run(scenario, progress=progress)

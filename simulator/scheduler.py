@@ -46,6 +46,8 @@ class Scheduler:
         self.num_preemptions = 0
         self._known: set[Hashable] = set()
         self._scheduled: dict[Hashable, int] = {}
+        self.sampled: list[Sequence] = []
+        """Sequences that sampled a token in the last ``update()``, in plan order."""
         self._by_id: dict[Hashable, Sequence] = {}
 
     # -- admission -------------------------------------------------------------------------
@@ -141,6 +143,7 @@ class Scheduler:
     def update(self) -> list[Sequence]:
         """Apply the last plan: advance KV, sample completed sequences, retire finished ones."""
         done: list[Sequence] = []
+        sampled: list[Sequence] = []
         by_id = self._by_id
         eos = self.eos_token_id
         for seq_id, n in self._scheduled.items():
@@ -149,6 +152,7 @@ class Scheduler:
             if seq.num_computed == seq.num_tokens:
                 tok = self.sample_fn(seq)
                 seq.output.append(tok)
+                sampled.append(seq)
                 if tok == eos or len(seq.output) >= seq.max_tokens:
                     done.append(seq)
         for seq in done:
@@ -158,6 +162,7 @@ class Scheduler:
             self.finished.append(seq)
             del by_id[seq.seq_id]
         self._scheduled = {}
+        self.sampled = sampled
         return done
 
     @property

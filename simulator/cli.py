@@ -1,0 +1,218 @@
+"""The ``servesim`` command: run, sweep, plot, validate, presets, calibrate, predict, convert."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import InputError
+
+EXIT_BAD_INPUT = 2
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A short human table of a run's headline figures."""
+
+    def ms(key: str) -> str:
+        v = summary.get(key)
+        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v * 1e3:.1f}"
+
+    lines = [
+        f"requests   {summary['num_finished']} finished, {summary['num_rejected']} rejected "
+        f"of {summary['num_requests']}, {summary['num_preemptions']} preemptions",
+        f"duration   {summary['duration_s']:.2f} s simulated, {summary['num_steps']} steps",
+        f"throughput {summary['request_throughput']:.2f} req/s, "
+        f"{summary['output_token_throughput']:.0f} output tok/s, "
+        f"{summary['total_token_throughput']:.0f} total tok/s",
+        f"KV blocks  {summary['kv_utilization_mean'] * 100:.1f}% mean, "
+        f"{summary['kv_utilization_max'] * 100:.1f}% max",
+        f"{'latency ms':<12}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",
+    ]
+    for m in ("ttft", "tpot", "itl", "e2e", "queue_delay"):
+        row = [ms(f"{m}_{s}_s") for s in ("mean", "p50", "p90", "p99")]
+        lines.append(f"{m:<12}" + "".join(f"{v:>10}" for v in row))
+    if "goodput" in summary:
+        lines.append(
+            f"goodput    {summary['goodput']:.2f} req/s "
+            f"({summary['slo_attainment'] * 100:.1f}% of requests meet the SLO)"
+        )
+    return "\n".join(lines)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Simulate one scenario and write its tables, summary, resolved scenario and plots."""
+    from simulator.config import load_scenario, parse_overrides
+    from simulator.runner import (
+        atomic_dir,
+        check_out_dir,
+        default_out_dir,
+        resolve,
+        run,
+        warn_rejections,
+        write_result,
+    )
+
+    cfg = resolve(load_scenario(args.scenario, parse_overrides(args.set)))
+    out = Path(args.out) if args.out else default_out_dir(cfg)
+    check_out_dir(out, args.overwrite)  # fail before the simulation, not after
+    result = run(cfg, progress=None if not args.progress else True)
+    with atomic_dir(out, args.overwrite) as tmp:
+        write_result(result, tmp, plots=not args.no_plots, fmt=args.format)
+    warn_rejections(result)
+    print(f"{cfg.name}: results in {out}")
+    print(format_summary(result.summary))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Check a scenario and print it resolved, every default spelled out."""
+    from simulator.config import dump_scenario, load_scenario, parse_overrides
+    from simulator.runner import resolve
+
+    cfg = resolve(load_scenario(args.scenario, parse_overrides(args.set)))
+    print(f"# {args.scenario}: valid", file=sys.stderr)
+    print(dump_scenario(cfg), end="")
+    return 0
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    """List the model, hardware and fitted cost-model presets."""
+    from simulator.presets import list_presets, load_hardware, load_model
+
+    presets = list_presets()
+    print("models:")
+    for name in presets.get("models", []):
+        m = load_model(name)
+        print(
+            f"  {name:<14} {m.num_params / 1e9:6.1f} B params, {m.num_layers} layers, "
+            f"KV {m.kv_bytes_per_token / 1024:.0f} KiB/token"
+        )
+    print("hardware:")
+    for name in presets.get("hardware", []):
+        h = load_hardware(name)
+        print(
+            f"  {name:<14} {h.peak_flops / 1e12:6.0f} TFLOP/s, "
+            f"{h.hbm_bandwidth / 1e12:.2f} TB/s, {h.memory_bytes / 1e9:.0f} GB"
+        )
+    fitted = presets.get("fitted", [])
+    if fitted:
+        print("fitted cost models (cost_model: {type: fitted, path: NAME}):")
+        for name in fitted:
+            print(f"  {name}")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Run the cartesian product of grids in parallel processes."""
+    from simulator.sweep import cmd_sweep as sweep
+
+    return sweep(args)
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    """Redraw the plots of a run folder or a sweep folder."""
+    from simulator.sweep import cmd_plot as plot
+
+    return plot(args)
+
+
+def _add_scenario_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario key, e.g. --set scheduler.max_num_seqs=64 (repeatable)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    from simulator import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="servesim",
+        description="Discrete-event simulator of an LLM inference server (vLLM-style scheduler).",
+    )
+    parser.add_argument("--version", action="version", version=f"servesim {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="simulate one scenario", description=cmd_run.__doc__)
+    _add_scenario_args(p)
+    p.add_argument("--out", help="output folder (default: results/<name>/<timestamp>/)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
+    p.add_argument("--no-plots", action="store_true", help="skip drawing plots")
+    p.add_argument("--format", choices=["png", "svg"], default="png", help="plot file format")
+    p.add_argument(
+        "--progress", action="store_true", help="show a progress bar even off a terminal"
+    )
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "sweep", help="run a grid of scenario variants in parallel", description=cmd_sweep.__doc__
+    )
+    p.add_argument("scenario", help="base scenario YAML file")
+    p.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        required=True,
+        metavar="KEY=V1,V2,...",
+        help="values of a dotted key to sweep (repeatable: the cartesian product is run)",
+    )
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fixed override")
+    p.add_argument("--jobs", type=int, default=0, help="parallel processes (default: all cores)")
+    p.add_argument("--out", help="output folder (default: results/<name>-sweep/<timestamp>/)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
+    p.add_argument("--no-plots", action="store_true", help="skip drawing plots")
+    p.add_argument("--format", choices=["png", "svg"], default="png", help="plot file format")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser(
+        "plot", help="redraw the plots of a run or sweep folder", description=cmd_plot.__doc__
+    )
+    p.add_argument("folder", help="a folder written by `servesim run` or `servesim sweep`")
+    p.add_argument("--format", choices=["png", "svg"], default="png", help="plot file format")
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser(
+        "validate", help="check a scenario, print it resolved", description=cmd_validate.__doc__
+    )
+    _add_scenario_args(p)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser(
+        "presets", help="list model/hardware presets", description=cmd_presets.__doc__
+    )
+    p.set_defaults(func=cmd_presets)
+
+    try:
+        from simulator.calibration import add_subcommands
+    except ImportError:  # the calibration commands are optional while they are being built
+        pass
+    else:
+        add_subcommands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: parse, dispatch, and turn bad input into one line and exit code 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except InputError as err:
+        print(f"servesim: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("servesim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

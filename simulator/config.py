@@ -1,0 +1,167 @@
+"""A scenario: everything a run needs, validated by pydantic and loaded from YAML."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from simulator.cost_model import CostModelConfig
+from simulator.errors import InputError
+from simulator.workload import WorkloadConfig
+
+
+class SchedulerConfig(BaseModel):
+    """The step scheduler's budgets (see shared/spec/scheduler.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_num_batched_tokens: int = Field(ge=1)
+    """Token budget of one step, shared by decodes and prefill chunks."""
+    max_num_seqs: int = Field(ge=1)
+    """Most sequences running at once (an admission limit only)."""
+    num_blocks: int | None = Field(default=None, ge=1)
+    """KV-cache blocks; omit to derive them from GPU memory (needs a roofline or fitted model)."""
+    block_size: int = Field(default=16, ge=1)
+    """Tokens per KV block."""
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    """Share of GPU memory for weights + KV when ``num_blocks`` is derived."""
+
+
+class SLOConfig(BaseModel):
+    """Latency targets; a request meets the SLO when it meets every one given."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_ms: float | None = Field(default=None, gt=0)
+    """Time to first token, in milliseconds."""
+    tpot_ms: float | None = Field(default=None, gt=0)
+    """Time per output token after the first, in milliseconds."""
+    e2e_ms: float | None = Field(default=None, gt=0)
+    """End-to-end latency, in milliseconds."""
+
+
+class ScenarioConfig(BaseModel):
+    """One simulation: server, cost model, workload, and optional SLOs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    """Scenario name; names the default output folder."""
+    seed: int = Field(default=0, ge=0)
+    """Root of every random stream (one ``SeedSequence``)."""
+    scheduler: SchedulerConfig
+    """Scheduler budgets."""
+    cost_model: CostModelConfig
+    """How long a step takes: ``linear``, ``roofline`` or ``fitted``."""
+    workload: WorkloadConfig
+    """Synthetic arrivals and lengths, or a trace to replay."""
+    slo: SLOConfig | None = None
+    """Latency targets for goodput (optional)."""
+
+
+def _field_path(loc: tuple[int | str, ...], data: Any) -> str:
+    """The dotted key a user wrote: union tags pydantic adds to ``loc`` are not in the data."""
+    parts: list[str] = []
+    node = data
+    for part in loc:
+        is_key = isinstance(node, dict) and part in node
+        is_item = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if is_key or is_item:
+            node = node[part]
+        elif isinstance(node, dict) and parts and part in node.values():
+            continue  # a discriminator tag such as "linear" or "lognormal"
+        parts.append(str(part))
+    return ".".join(parts)
+
+
+def _format_validation_error(err: ValidationError, source: str, data: Any) -> str:
+    """One line: the first failing field as a dotted key, and why."""
+    first = err.errors()[0]
+    loc = _field_path(tuple(first["loc"]), data)
+    extra = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{source}: {loc or '<top level>'}: {first['msg']}{extra}"
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value: YAML scalars and lists (``3``, ``0.5``, ``true``, ``[1, 2]``, ``abc``)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
+    """Set each dotted key in a copy of ``data``, creating mappings on the way."""
+    out = copy.deepcopy(data)
+    for key, value in overrides.items():
+        parts = key.split(".")
+        if not all(parts):
+            raise InputError(f"{source}: --set {key}: empty part in dotted key")
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                where = ".".join(parts[: i + 1])
+                raise InputError(f"{source}: --set {key}: {where} is not a mapping")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``["a.b=1", ...]`` -> ``{"a.b": 1}``; a malformed item is an InputError naming it."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--set {item!r}: expected dotted.key=value")
+        out[key.strip()] = parse_value(value)
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML mapping from a file, or an InputError naming the file and the reason."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such file") from None
+    except OSError as err:
+        raise InputError(f"{p}: cannot read: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or "invalid YAML"
+        raise InputError(f"{p}{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{p}: expected a mapping of scenario keys at the top level")
+    return data
+
+
+def validate(data: dict[str, Any], source: str) -> ScenarioConfig:
+    """A ScenarioConfig from plain data, or an InputError naming ``source`` and the field."""
+    try:
+        return ScenarioConfig.model_validate(data)
+    except ValidationError as err:
+        raise InputError(_format_validation_error(err, source, data)) from None
+
+
+def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> ScenarioConfig:
+    """Read a scenario YAML, apply dotted ``--set`` overrides, and validate it."""
+    data = read_yaml(path)
+    if overrides:
+        data = apply_overrides(data, overrides, str(path))
+    return validate(data, str(path))
+
+
+def dump_scenario(cfg: ScenarioConfig) -> str:
+    """The resolved scenario as YAML (every default spelled out)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,179 @@
+"""Every metric derives from four request timestamps, defined once (see docs/metrics.md):
+
+- ``arrival_s``: the request reaches the server.
+- ``first_scheduled_s``: start of the first step that computes any of its tokens.
+- ``first_token_s``: end of the step that samples its first output token.
+- ``finish_s``: end of the step that samples its last output token.
+
+Definitions follow vLLM's ``benchmark_serving``: TTFT = first token - arrival; TPOT = (finish -
+first token) / (output_len - 1), only for output_len > 1; ITL = every gap between consecutive
+tokens of a request; E2E = finish - arrival; queue delay = first scheduled - arrival.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from simulator.workload import Workload
+
+REQUEST_COLUMNS = [
+    "request_id",
+    "arrival_s",
+    "prompt_len",
+    "output_len",
+    "first_scheduled_s",
+    "first_token_s",
+    "finish_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "queue_delay_s",
+    "num_preemptions",
+    "status",
+]
+STEP_COLUMNS = [
+    "step",
+    "start_s",
+    "duration_s",
+    "num_seqs",
+    "num_tokens",
+    "num_prefill_tokens",
+    "num_decode_seqs",
+    "blocks_used",
+    "kv_utilization",
+    "num_running",
+    "num_waiting",
+    "num_preemptions",
+]
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e", "queue_delay")
+PERCENTILES = (50, 90, 99)
+
+
+class Recorded(Protocol):
+    """What the engine records during a run (flat per-request lists and per-step arrays)."""
+
+    first_scheduled: list[float]
+    first_token: list[float]
+    finish: list[float]
+    num_preemptions: list[int]
+    rejected: list[tuple[int, str]]
+    step_start: Any
+    step_duration: Any
+    step_ints: dict[str, Any]
+
+
+def build_requests(workload: Workload, rec: Recorded) -> pd.DataFrame:
+    """One row per request, every latency derived from the four timestamps."""
+    n = len(workload)
+    arrival = np.asarray(workload.arrival_s, dtype=np.float64)
+    first_sched = np.array(rec.first_scheduled, dtype=np.float64)
+    first_tok = np.array(rec.first_token, dtype=np.float64)
+    finish = np.array(rec.finish, dtype=np.float64)
+    output_len = np.asarray(workload.output_len, dtype=np.int64)
+    status = np.full(n, "finished", dtype=object)
+    if rec.rejected:
+        status[[i for i, _ in rec.rejected]] = "rejected"
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(output_len > 1, (finish - first_tok) / (output_len - 1), np.nan)
+    df = pd.DataFrame(
+        {
+            "request_id": np.arange(n, dtype=np.int64),
+            "arrival_s": arrival,
+            "prompt_len": np.asarray(workload.prompt_len, dtype=np.int64),
+            "output_len": output_len,
+            "first_scheduled_s": first_sched,
+            "first_token_s": first_tok,
+            "finish_s": finish,
+            "ttft_s": first_tok - arrival,
+            "tpot_s": tpot,
+            "e2e_s": finish - arrival,
+            "queue_delay_s": first_sched - arrival,
+            "num_preemptions": np.array(rec.num_preemptions, dtype=np.int64),
+            "status": pd.Categorical(status, categories=["finished", "rejected"]),
+        },
+        columns=REQUEST_COLUMNS,
+    )
+    return df
+
+
+def build_steps(rec: Recorded, num_blocks: int) -> pd.DataFrame:
+    """One row per step; running/waiting are counted at the step's start, before scheduling."""
+    start = np.frombuffer(rec.step_start, dtype=np.float64).copy()
+    cols: dict[str, Any] = {
+        "step": np.arange(len(start), dtype=np.int64),
+        "start_s": start,
+        "duration_s": np.frombuffer(rec.step_duration, dtype=np.float64).copy(),
+    }
+    for name, values in rec.step_ints.items():
+        cols[name] = np.frombuffer(values, dtype=np.int64).copy()
+    cols["kv_utilization"] = cols["blocks_used"] / float(num_blocks)
+    return pd.DataFrame(cols, columns=STEP_COLUMNS)
+
+
+def meets_slo(requests: pd.DataFrame, slo: dict[str, float | None]) -> np.ndarray:
+    """Per request: finished and within every SLO given (TPOT is vacuous for 1-token outputs)."""
+    ok = np.array(requests["status"] == "finished", dtype=bool)
+    for metric in ("ttft", "tpot", "e2e"):
+        limit = slo.get(f"{metric}_ms")
+        if limit is None:
+            continue
+        values = requests[f"{metric}_s"].to_numpy() * 1000.0
+        within = values <= limit
+        if metric == "tpot":
+            within |= np.isnan(values)
+        ok &= within
+    return ok
+
+
+def _stats(prefix: str, values: np.ndarray) -> dict[str, float]:
+    values = values[~np.isnan(values)]
+    out = {f"{prefix}_mean_s": float(values.mean()) if values.size else float("nan")}
+    pct = np.percentile(values, PERCENTILES) if values.size else [float("nan")] * len(PERCENTILES)
+    for p, v in zip(PERCENTILES, pct, strict=True):
+        out[f"{prefix}_p{p}_s"] = float(v)
+    return out
+
+
+def summarize(
+    requests: pd.DataFrame,
+    steps: pd.DataFrame,
+    itl: np.ndarray,
+    slo: dict[str, float | None] | None,
+) -> dict[str, Any]:
+    """The flat summary: counts, throughputs, KV use and latency percentiles."""
+    done = requests[requests["status"] == "finished"]
+    if len(steps):
+        end = float(steps["start_s"].iloc[-1] + steps["duration_s"].iloc[-1])
+    else:
+        end = float(requests["arrival_s"].max()) if len(requests) else 0.0
+    duration = end  # the clock starts at 0, the first possible arrival
+    per_s = (lambda x: float(x) / duration) if duration > 0 else (lambda x: float("nan"))
+    out_tokens = int(done["output_len"].sum())
+    in_tokens = int(done["prompt_len"].sum())
+    busy = steps["duration_s"].to_numpy()
+    kv = steps["kv_utilization"].to_numpy()
+    summary: dict[str, Any] = {
+        "num_requests": len(requests),
+        "num_finished": len(done),
+        "num_rejected": int((requests["status"] == "rejected").sum()),
+        "duration_s": duration,
+        "request_throughput": per_s(len(done)),
+        "output_token_throughput": per_s(out_tokens),
+        "total_token_throughput": per_s(out_tokens + in_tokens),
+        "num_preemptions": int(steps["num_preemptions"].sum()) if len(steps) else 0,
+        "num_steps": len(steps),
+        # time-weighted over the whole run: an idle server holds no KV
+        "kv_utilization_mean": float((kv * busy).sum() / duration) if duration > 0 else 0.0,
+        "kv_utilization_max": float(kv.max()) if kv.size else 0.0,
+    }
+    for metric in LATENCY_METRICS:
+        values = itl if metric == "itl" else done[f"{metric}_s"].to_numpy(dtype=np.float64)
+        summary.update(_stats(metric, np.asarray(values, dtype=np.float64)))
+    if slo is not None and any(v is not None for v in slo.values()):
+        good = int(meets_slo(requests, slo).sum())
+        summary["goodput"] = per_s(good)
+        summary["slo_attainment"] = good / len(requests) if len(requests) else float("nan")
+    return summary

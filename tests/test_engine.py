@@ -1,0 +1,192 @@
+"""The engine against queueing theory, conservation laws and its own determinism."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import simulator
+from simulator.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+
+
+def scenario(**over: Any) -> dict[str, Any]:
+    """A small loaded scenario with chunked prefill; keyword groups replace whole sections."""
+    base: dict[str, Any] = {
+        "name": "test",
+        "seed": 7,
+        "scheduler": {
+            "max_num_batched_tokens": 256,
+            "max_num_seqs": 32,
+            "num_blocks": 200,
+            "block_size": 16,
+        },
+        "cost_model": {"type": "linear", "base_ms": 5, "per_token_ms": 0.05, "per_seq_ms": 0.1},
+        "workload": {
+            "num_requests": 600,
+            "arrival": {"process": "poisson", "rate": 8},
+            "prompt_len": {"dist": "lognormal", "mu": 5.5, "sigma": 0.8, "max": 1500},
+            "output_len": {"dist": "lognormal", "mu": 4.0, "sigma": 0.8, "max": 400},
+        },
+    }
+    out = copy.deepcopy(base)
+    out.update(over)
+    return out
+
+
+def test_md1_mean_ttft_matches_pollaczek_khinchine() -> None:
+    service_s, rate = 0.010, 60.0  # rho = 0.6
+    result = simulator.run(
+        scenario(
+            scheduler={
+                "max_num_batched_tokens": 512,
+                "max_num_seqs": 1,
+                "num_blocks": 64,
+                "block_size": 16,
+            },
+            cost_model={"type": "linear", "base_ms": service_s * 1e3},
+            workload={
+                "num_requests": 40_000,
+                "arrival": {"process": "poisson", "rate": rate},
+                "prompt_len": {"dist": "fixed", "value": 100},
+                "output_len": {"dist": "fixed", "value": 1},
+            },
+        )
+    )
+    rho = rate * service_s
+    wait = rho * service_s / (2 * (1 - rho))  # Pollaczek-Khinchine, deterministic service
+    ttft = result.requests["ttft_s"].mean()
+    assert ttft == pytest.approx(wait + service_s, rel=0.04)
+    # every step serves exactly one request for exactly the service time
+    assert (result.steps["num_seqs"] == 1).all()
+    assert np.allclose(result.steps["duration_s"], service_s)
+    assert result.summary["tpot_mean_s"] != result.summary["tpot_mean_s"]  # NaN: no 2nd token
+
+
+def test_littles_law_under_chunked_prefill_and_preemption() -> None:
+    result = simulator.run(scenario())
+    steps, req = result.steps, result.requests
+    assert result.summary["num_preemptions"] > 0, "the scenario should preempt"
+    assert (steps["num_prefill_tokens"] > 0).any() and (steps["num_decode_seqs"] > 0).any()
+    in_system = steps["num_running"] + steps["num_waiting"]
+    horizon = result.summary["duration_s"]
+    mean_in_system = float((in_system * steps["duration_s"]).sum() / horizon)
+    throughput = len(req) / horizon
+    assert mean_in_system == pytest.approx(throughput * req["e2e_s"].mean(), rel=0.05)
+
+
+def test_tables_have_the_documented_columns_and_consistent_times() -> None:
+    result = simulator.run(scenario())
+    req, steps = result.requests, result.steps
+    assert list(req.columns) == REQUEST_COLUMNS
+    assert list(steps.columns) == STEP_COLUMNS
+    assert (req["arrival_s"] <= req["first_scheduled_s"]).all()
+    assert (req["first_scheduled_s"] < req["first_token_s"]).all()
+    assert (req["first_token_s"] <= req["finish_s"]).all()
+    np.testing.assert_allclose(req["e2e_s"], req["finish_s"] - req["arrival_s"])
+    multi = req["output_len"] > 1
+    np.testing.assert_allclose(
+        req.loc[multi, "tpot_s"],
+        (req.loc[multi, "finish_s"] - req.loc[multi, "first_token_s"])
+        / (req.loc[multi, "output_len"] - 1),
+    )
+    assert req.loc[~multi, "tpot_s"].isna().all()
+    # steps tile the busy time without overlap
+    ends = steps["start_s"] + steps["duration_s"]
+    assert (steps["start_s"].iloc[1:].to_numpy() >= ends.iloc[:-1].to_numpy() - 1e-12).all()
+    assert steps["num_tokens"].max() <= 256
+    assert (steps["blocks_used"] <= 200).all()
+    assert steps["kv_utilization"].between(0, 1).all()
+    # every token computed is either a prompt token or a generated one, recomputed on preemption
+    assert steps["num_tokens"].sum() >= (req["prompt_len"] + req["output_len"] - 1).sum()
+    assert req["num_preemptions"].sum() == result.summary["num_preemptions"]
+    # summary percentiles come from the table
+    assert result.summary["ttft_p50_s"] == pytest.approx(req["ttft_s"].median())
+
+
+def test_itl_counts_every_gap_and_averages_like_tpot() -> None:
+    result = simulator.run(scenario())
+    req = result.requests
+    gaps = int((req["output_len"] - 1).sum())
+    # mean ITL over all gaps = total decode time / total gaps
+    total = float((req["finish_s"] - req["first_token_s"]).sum())
+    assert result.summary["itl_mean_s"] == pytest.approx(total / gaps)
+
+
+def test_same_seed_gives_identical_frames_other_seed_differs() -> None:
+    a, b = simulator.run(scenario()), simulator.run(scenario())
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.steps, b.steps)
+    assert a.summary == pytest.approx(b.summary, nan_ok=True)
+    c = simulator.run(scenario(seed=8))
+    assert not a.requests["arrival_s"].equals(c.requests["arrival_s"])
+
+
+def test_tight_kv_preempts_but_outputs_are_identical_to_ample_kv() -> None:
+    tight = simulator.run(scenario())
+    sched = dict(scenario()["scheduler"], num_blocks=100_000)
+    ample = simulator.run(scenario(scheduler=sched))
+    assert tight.summary["num_preemptions"] > 50
+    assert ample.summary["num_preemptions"] == 0
+    np.testing.assert_array_equal(tight.checksums, ample.checksums)
+    assert (tight.checksums != 0).all()
+    # preemption only makes things later
+    assert tight.requests["e2e_s"].mean() > ample.requests["e2e_s"].mean()
+
+
+def test_never_fitting_request_is_rejected_and_others_go_on() -> None:
+    cfg = scenario(
+        scheduler={
+            "max_num_batched_tokens": 256,
+            "max_num_seqs": 8,
+            "num_blocks": 20,
+            "block_size": 16,
+        },
+        workload={
+            "num_requests": 200,
+            "arrival": {"process": "poisson", "rate": 5},
+            "prompt_len": {"dist": "uniform", "low": 10, "high": 400},
+            "output_len": {"dist": "fixed", "value": 5},
+        },
+    )
+    result = simulator.run(cfg)
+    req = result.requests
+    rejected = req["status"] == "rejected"
+    too_big = -(-(req["prompt_len"] + req["output_len"] - 1) // 16) > 20
+    assert rejected.any()
+    pd.testing.assert_series_equal(rejected, too_big, check_names=False)
+    assert req.loc[rejected, ["ttft_s", "e2e_s", "finish_s"]].isna().all().all()
+    assert req.loc[~rejected, "finish_s"].notna().all()
+    assert result.summary["num_rejected"] == int(rejected.sum())
+    assert result.summary["num_finished"] == int((~rejected).sum())
+    assert list(result.rejected["request_id"]) == list(req.index[rejected])
+    assert "cache has 20" in result.rejected["reason"].iloc[0]
+
+
+def test_idle_server_sleeps_until_the_next_arrival() -> None:
+    cfg = scenario(
+        cost_model={"type": "linear", "base_ms": 1},
+        workload={
+            "num_requests": 5,
+            "arrival": {"process": "constant", "rate": 0.5},  # one every 2 s
+            "prompt_len": {"dist": "fixed", "value": 10},
+            "output_len": {"dist": "fixed", "value": 3},
+        },
+    )
+    result = simulator.run(cfg)
+    req = result.requests
+    # no queueing at all: first scheduled at arrival, 3 steps of 1 ms each
+    np.testing.assert_allclose(req["queue_delay_s"], 0.0, atol=1e-12)
+    np.testing.assert_allclose(req["e2e_s"], 0.003)
+    assert len(result.steps) == 15
+
+
+def test_slo_goodput_counts_requests_meeting_every_target() -> None:
+    cfg = scenario(slo={"ttft_ms": 500, "tpot_ms": 50})
+    result = simulator.run(cfg)
+    req = result.requests
+    ok = (req["ttft_s"] <= 0.5) & ((req["tpot_s"] <= 0.05) | req["tpot_s"].isna())
+    assert result.summary["goodput"] == pytest.approx(ok.sum() / result.summary["duration_s"])
