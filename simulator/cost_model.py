@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.batch import Batch
 from simulator.errors import InputError
+from simulator.fitted import FittedCostConfig, load_fitted
 from simulator.presets import HardwareSpec, ModelSpec, load_hardware, load_model
 
 __all__ = [
@@ -91,7 +92,7 @@ class RooflineCostConfig(BaseModel):
 
 
 CostModelConfig = Annotated[
-    LinearCostConfig | RooflineCostConfig,
+    LinearCostConfig | RooflineCostConfig | FittedCostConfig,
     Field(discriminator="type"),
 ]
 """Any cost-model config, told apart by its ``type`` field."""
@@ -200,4 +201,6 @@ def build_cost_model(cfg: CostModelConfig) -> CostModel:
         return LinearCostModel(cfg)
     if isinstance(cfg, RooflineCostConfig):
         return RooflineCostModel(cfg, load_model(cfg.model), load_hardware(cfg.hardware))
+    if isinstance(cfg, FittedCostConfig):
+        return load_fitted(cfg)
     raise InputError(f"cost_model: unsupported type {type(cfg).__name__}")

@@ -21,6 +21,7 @@ from simulator.cost_model import (
     build_cost_model,
 )
 from simulator.errors import InputError
+from simulator.fitted import FittedCostConfig
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 CONFIG = TypeAdapter(CostModelConfig)
@@ -64,6 +65,13 @@ def test_linear_built_from_tagged_dict() -> None:
 def test_linear_rejects_bad_coefficients(fields: dict[str, float]) -> None:
     with pytest.raises(ValidationError):
         LinearCostConfig.model_validate(fields)
+
+
+def test_union_dispatches_fitted_to_its_loader(tmp_path: Path) -> None:
+    cfg = CONFIG.validate_python({"type": "fitted", "path": str(tmp_path / "absent.yaml")})
+    assert isinstance(cfg, FittedCostConfig)
+    with pytest.raises(InputError, match="absent.yaml"):
+        build_cost_model(cfg)
 
 
 def test_union_rejects_unknown_type() -> None:
