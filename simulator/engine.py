@@ -18,7 +18,7 @@ import sys
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -31,7 +31,17 @@ from simulator.metrics import build_requests, build_steps, summarize
 from simulator.scheduler import Scheduler, Sequence
 from simulator.workload import Workload
 
-_CHECKSUM_MOD = (1 << 61) - 1
+STEP_INT_FIELDS = (
+    "num_seqs",
+    "num_tokens",
+    "num_prefill_tokens",
+    "num_decode_seqs",
+    "blocks_used",
+    "num_running",
+    "num_waiting",
+    "num_preemptions",
+)
+"""Integer columns of a step row, in the order the engine records them."""
 
 
 def token_for(request_index: int, position: int) -> int:
@@ -40,8 +50,13 @@ def token_for(request_index: int, position: int) -> int:
     return ((request_index * 1_000_003 + position * 7_919 + 17) % 32_000) + 1
 
 
+def _index(seq: Sequence) -> int:
+    """The engine's sequences are keyed by their request's row index."""
+    return seq.seq_id  # type: ignore[return-value]
+
+
 def _sample(seq: Sequence) -> int:
-    return token_for(cast(int, seq.seq_id), len(seq.output))
+    return token_for(_index(seq), len(seq.output))
 
 
 @dataclass
@@ -57,7 +72,7 @@ class SimulationResult:
     rejected: pd.DataFrame
     """``request_id, reason`` for requests that could never fit in the KV cache."""
     checksums: np.ndarray
-    """Per request, a hash of every token it sampled, in order (0 for rejected)."""
+    """Per request, a hash of its final output tokens (0 for rejected)."""
     scenario: ScenarioConfig | None = None
     """The resolved scenario that produced this result."""
     extras: dict[str, Any] = field(default_factory=dict)
@@ -65,33 +80,21 @@ class SimulationResult:
 
 
 class _Recorder:
-    """Per-request timestamps and per-step rows, kept in flat arrays (no per-token objects)."""
+    """What a run records, in flat arrays: per-request timestamps, one row per step, and one
+    small integer per sampled token (which request sampled it), turned into inter-token
+    gaps after the run by numpy. No per-token Python objects survive a step."""
 
     def __init__(self, num_requests: int) -> None:
         nan = float("nan")
         self.first_scheduled = [nan] * num_requests
-        self.first_token = [nan] * num_requests
-        self.last_token = [nan] * num_requests
         self.finish = [nan] * num_requests
         self.num_preemptions = [0] * num_requests
         self.checksum = [0] * num_requests
-        self.itl = array("d")
         self.rejected: list[tuple[int, str]] = []
-        self.step_start = array("d")
-        self.step_duration = array("d")
-        self.step_ints: dict[str, array[int]] = {
-            name: array("q")
-            for name in (
-                "num_seqs",
-                "num_tokens",
-                "num_prefill_tokens",
-                "num_decode_seqs",
-                "blocks_used",
-                "num_running",
-                "num_waiting",
-                "num_preemptions",
-            )
-        }
+        self.step_times = array("d")  # start, duration per step
+        self.step_ints = array("q")  # STEP_INT_FIELDS per step
+        self.sampled_ids = array("i")  # request of each sampled token, in time order
+        self.sampled_per_step = array("i")
 
 
 class Simulation:
@@ -119,7 +122,6 @@ class Simulation:
         self.env = simpy.Environment()
         self._wake: simpy.Event | None = None
         self._rec = _Recorder(len(workload))
-        self._seqs: list[Sequence | None] = [None] * len(workload)
         self._arrivals_done = False
 
     def _arrivals(self) -> simpy.events.ProcessGenerator:
@@ -133,7 +135,6 @@ class Simulation:
             seq = Sequence(i, int(prompt[i]), int(output[i]))
             if sched.can_ever_fit(seq):
                 sched.add(seq)
-                self._seqs[i] = seq
                 if self._wake is not None and not self._wake.triggered:
                     self._wake.succeed()
             else:
@@ -154,12 +155,10 @@ class Simulation:
 
     def _server(self) -> simpy.events.ProcessGenerator:
         env, sched, rec, cost = self.env, self.scheduler, self._rec, self.cost_model
-        seqs = self._seqs
-        ints = rec.step_ints
-        first_sched, first_tok, last_tok = rec.first_scheduled, rec.first_token, rec.last_token
-        finish, checksum, itl = rec.finish, rec.checksum, rec.itl
+        first_sched, finish, checksum = rec.first_scheduled, rec.finish, rec.checksum
+        step_times, step_ints = rec.step_times, rec.step_ints
+        sampled_ids, sampled_per_step = rec.sampled_ids, rec.sampled_per_step
         progress = self.progress
-        step_start, step_duration = rec.step_start, rec.step_duration
         while True:
             if not sched.has_work():
                 if self._arrivals_done:
@@ -170,59 +169,53 @@ class Simulation:
                 continue
             num_running, num_waiting = len(sched.running), len(sched.waiting)
             preempted_before = sched.num_preemptions
-            plan = cast("dict[int, int]", sched.schedule())  # our seq_ids are row indices
+            plan = sched.schedule()
             if not plan:  # impossible by the spec (a lone head always fits); never spin
                 raise RuntimeError("scheduler produced an empty step with work pending")
             now = env.now
+            preempted = sched.num_preemptions - preempted_before
+            # Survivors of phase 1 keep their place; phase-2 admissions are appended after them.
+            for seq in sched.running[num_running - preempted :]:
+                i = _index(seq)
+                if first_sched[i] != first_sched[i]:  # NaN: scheduled for the first time
+                    first_sched[i] = now
             new_tokens = tuple(plan.values())
-            context = []
-            prefill_tokens = decode_seqs = 0
-            for sid, n in plan.items():
-                seq = cast(Sequence, seqs[sid])
-                c = seq.num_computed
-                context.append(c)
-                if n == 1 and c == seq.num_tokens - 1 and seq.output:
-                    decode_seqs += 1
-                else:
-                    prefill_tokens += n
-                if first_sched[sid] != first_sched[sid]:  # NaN: first time scheduled
-                    first_sched[sid] = now
-            duration = cost.step_time(Batch(new_tokens, tuple(context)))
+            context = tuple([seq.num_computed for seq in sched.planned])
+            duration = cost.step_time(Batch(new_tokens, context))
             if not duration > 0:
                 raise RuntimeError(f"cost model returned a non-positive step time {duration!r}")
             blocks_used = sched.blocks_used
             yield env.timeout(duration)
             done = sched.update()
-            end = env.now
-            for seq in sched.sampled:
-                i = cast(int, seq.seq_id)
-                checksum[i] = (checksum[i] * 31 + seq.output[-1]) % _CHECKSUM_MOD
-                prev = last_tok[i]
-                if prev == prev:  # not NaN: a later token, so one inter-token gap
-                    itl.append(end - prev)
-                else:
-                    first_tok[i] = end
-                last_tok[i] = end
-            for seq in done:
-                i = cast(int, seq.seq_id)
-                finish[i] = end
-                rec.num_preemptions[i] = seq.num_preemptions
-                seqs[i] = None
-                seq.output = []  # memory stays O(requests): no tokens kept after the end
+            sampled = sched.sampled
+            sampled_ids.extend([_index(seq) for seq in sampled])
+            sampled_per_step.append(len(sampled))
             if done:
+                end = env.now
+                for seq in done:
+                    i = _index(seq)
+                    finish[i] = end
+                    rec.num_preemptions[i] = seq.num_preemptions
+                    checksum[i] = hash(tuple(seq.output))
+                    seq.output = []  # memory stays O(requests): no tokens kept after the end
                 sched.finished.clear()
                 if progress is not None:
                     progress(len(done))
-            step_start.append(now)
-            step_duration.append(duration)
-            ints["num_seqs"].append(len(new_tokens))
-            ints["num_tokens"].append(sum(new_tokens))
-            ints["num_prefill_tokens"].append(prefill_tokens)
-            ints["num_decode_seqs"].append(decode_seqs)
-            ints["blocks_used"].append(blocks_used)
-            ints["num_running"].append(num_running)
-            ints["num_waiting"].append(num_waiting)
-            ints["num_preemptions"].append(sched.num_preemptions - preempted_before)
+            num_tokens = sum(new_tokens)
+            decodes = new_tokens.count(1)
+            step_times.extend((now, duration))
+            step_ints.extend(
+                (
+                    len(new_tokens),
+                    num_tokens,
+                    num_tokens - decodes,
+                    decodes,
+                    blocks_used,
+                    num_running,
+                    num_waiting,
+                    preempted,
+                )
+            )
 
     def run(self) -> SimulationResult:
         """Simulate until every request has finished or been rejected."""
@@ -230,21 +223,74 @@ class Simulation:
         server = self.env.process(self._server())
         self.env.run(until=server)
         rec = self._rec
-        requests = build_requests(self.workload, rec)
-        steps = build_steps(rec, self.scheduler.num_blocks)
+        n = len(self.workload)
+        steps = build_steps(
+            np.frombuffer(rec.step_times, dtype=np.float64).reshape(-1, 2),
+            np.frombuffer(rec.step_ints, dtype=np.int64).reshape(-1, len(STEP_INT_FIELDS)),
+            STEP_INT_FIELDS,
+            self.scheduler.num_blocks,
+        )
+        ends = (steps["start_s"] + steps["duration_s"]).to_numpy()
+        ids = np.frombuffer(rec.sampled_ids, dtype=np.int32)
+        per_step = np.frombuffer(rec.sampled_per_step, dtype=np.int32)
+        first_token, itl = token_times(ids, per_step, ends, n)
+        rejected_ids = [i for i, _ in rec.rejected]
+        _check_token_counts(ids, self.workload.output_len, rejected_ids)
+        requests = build_requests(
+            self.workload,
+            first_scheduled=np.array(rec.first_scheduled),
+            first_token=first_token,
+            finish=np.array(rec.finish),
+            num_preemptions=np.array(rec.num_preemptions, dtype=np.int64),
+            rejected=rejected_ids,
+        )
         rejected = pd.DataFrame(
             {
-                "request_id": pd.Series([i for i, _ in rec.rejected], dtype="int64"),
+                "request_id": pd.Series(rejected_ids, dtype="int64"),
                 "reason": pd.Series([r for _, r in rec.rejected], dtype="object"),
             }
         )
-        summary = summarize(requests, steps, np.frombuffer(rec.itl, dtype=np.float64), self.slo)
         return SimulationResult(
             requests=requests,
             steps=steps,
-            summary=summary,
+            summary=summarize(requests, steps, itl, self.slo),
             rejected=rejected,
             checksums=np.array(rec.checksum, dtype=np.int64),
+        )
+
+
+def token_times(
+    ids: np.ndarray, per_step: np.ndarray, step_ends: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """From the request of every sampled token (in time order) and how many tokens each step
+    sampled: each request's first token time (NaN if none) and every gap between a request's
+    consecutive tokens (ITL). Works on 4-byte indices: this is the run's largest array."""
+    first = np.full(n, np.nan)
+    if ids.size == 0:
+        return first, np.empty(0)
+    order = np.argsort(ids, kind="stable")  # stable: each request's tokens stay in time order
+    sorted_ids = ids[order]
+    step_of = np.repeat(np.arange(len(per_step), dtype=np.int32), per_step)[order]
+    del order
+    same = sorted_ids[1:] == sorted_ids[:-1]
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))
+    first[sorted_ids[starts]] = step_ends[step_of[starts]]
+    del sorted_ids, starts
+    gaps = step_ends[step_of[1:][same]] - step_ends[step_of[:-1][same]]
+    return first, gaps
+
+
+def _check_token_counts(ids: np.ndarray, output_len: np.ndarray, rejected: list[int]) -> None:
+    """Every finished request sampled exactly ``output_len`` tokens: a preemption that redid
+    a sample (instead of recomputing KV only) would show up here, whatever the tokens."""
+    counts = np.bincount(ids, minlength=len(output_len))
+    want = np.asarray(output_len, dtype=np.int64).copy()
+    want[rejected] = 0
+    bad = np.flatnonzero(counts != want)
+    if bad.size:
+        i = int(bad[0])
+        raise RuntimeError(
+            f"request {i} sampled {counts[i]} tokens, expected {want[i]} (scheduler bug)"
         )
 
 

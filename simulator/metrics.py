@@ -12,7 +12,8 @@ tokens of a request; E2E = finish - arrival; queue delay = first scheduled - arr
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -52,63 +53,55 @@ LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e", "queue_delay")
 PERCENTILES = (50, 90, 99)
 
 
-class Recorded(Protocol):
-    """What the engine records during a run (flat per-request lists and per-step arrays)."""
-
-    first_scheduled: list[float]
-    first_token: list[float]
-    finish: list[float]
-    num_preemptions: list[int]
-    rejected: list[tuple[int, str]]
-    step_start: Any
-    step_duration: Any
-    step_ints: dict[str, Any]
-
-
-def build_requests(workload: Workload, rec: Recorded) -> pd.DataFrame:
+def build_requests(
+    workload: Workload,
+    *,
+    first_scheduled: np.ndarray,
+    first_token: np.ndarray,
+    finish: np.ndarray,
+    num_preemptions: np.ndarray,
+    rejected: list[int],
+) -> pd.DataFrame:
     """One row per request, every latency derived from the four timestamps."""
     n = len(workload)
     arrival = np.asarray(workload.arrival_s, dtype=np.float64)
-    first_sched = np.array(rec.first_scheduled, dtype=np.float64)
-    first_tok = np.array(rec.first_token, dtype=np.float64)
-    finish = np.array(rec.finish, dtype=np.float64)
     output_len = np.asarray(workload.output_len, dtype=np.int64)
     status = np.full(n, "finished", dtype=object)
-    if rec.rejected:
-        status[[i for i, _ in rec.rejected]] = "rejected"
+    status[rejected] = "rejected"
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(output_len > 1, (finish - first_tok) / (output_len - 1), np.nan)
-    df = pd.DataFrame(
+        tpot = np.where(output_len > 1, (finish - first_token) / (output_len - 1), np.nan)
+    return pd.DataFrame(
         {
             "request_id": np.arange(n, dtype=np.int64),
             "arrival_s": arrival,
             "prompt_len": np.asarray(workload.prompt_len, dtype=np.int64),
             "output_len": output_len,
-            "first_scheduled_s": first_sched,
-            "first_token_s": first_tok,
+            "first_scheduled_s": first_scheduled,
+            "first_token_s": first_token,
             "finish_s": finish,
-            "ttft_s": first_tok - arrival,
+            "ttft_s": first_token - arrival,
             "tpot_s": tpot,
             "e2e_s": finish - arrival,
-            "queue_delay_s": first_sched - arrival,
-            "num_preemptions": np.array(rec.num_preemptions, dtype=np.int64),
+            "queue_delay_s": first_scheduled - arrival,
+            "num_preemptions": num_preemptions,
             "status": pd.Categorical(status, categories=["finished", "rejected"]),
         },
         columns=REQUEST_COLUMNS,
     )
-    return df
 
 
-def build_steps(rec: Recorded, num_blocks: int) -> pd.DataFrame:
-    """One row per step; running/waiting are counted at the step's start, before scheduling."""
-    start = np.frombuffer(rec.step_start, dtype=np.float64).copy()
+def build_steps(
+    times: np.ndarray, ints: np.ndarray, int_fields: Sequence[str], num_blocks: int
+) -> pd.DataFrame:
+    """One row per step from ``(start, duration)`` pairs and integer columns;
+    running/waiting are counted at the step's start, before scheduling."""
     cols: dict[str, Any] = {
-        "step": np.arange(len(start), dtype=np.int64),
-        "start_s": start,
-        "duration_s": np.frombuffer(rec.step_duration, dtype=np.float64).copy(),
+        "step": np.arange(len(times), dtype=np.int64),
+        "start_s": times[:, 0].copy(),
+        "duration_s": times[:, 1].copy(),
     }
-    for name, values in rec.step_ints.items():
-        cols[name] = np.frombuffer(values, dtype=np.int64).copy()
+    for j, name in enumerate(int_fields):
+        cols[name] = ints[:, j].copy()
     cols["kv_utilization"] = cols["blocks_used"] / float(num_blocks)
     return pd.DataFrame(cols, columns=STEP_COLUMNS)
 

@@ -46,9 +46,10 @@ class Scheduler:
         self.num_preemptions = 0
         self._known: set[Hashable] = set()
         self._scheduled: dict[Hashable, int] = {}
+        self.planned: list[Sequence] = []
+        """The sequences of the step in flight, in plan order (``update()`` empties it)."""
         self.sampled: list[Sequence] = []
         """Sequences that sampled a token in the last ``update()``, in plan order."""
-        self._by_id: dict[Hashable, Sequence] = {}
 
     # -- admission -------------------------------------------------------------------------
 
@@ -74,7 +75,6 @@ class Scheduler:
                 f"but num_blocks is {self.num_blocks}"
             )
         self._known.add(seq.seq_id)
-        self._by_id[seq.seq_id] = seq
         self.waiting.append(seq)
 
     # -- blocks ----------------------------------------------------------------------------
@@ -104,27 +104,37 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.appendleft(seq)
 
+    def _make_room(self, seq: Sequence, n: int) -> bool:
+        """Grow ``seq`` by ``n`` tokens, preempting from the tail of ``running`` until it fits;
+        False if ``seq`` itself had to be preempted."""
+        while not self._try_grow(seq, seq.num_computed + n):
+            victim = self.running[-1]
+            self._preempt(victim)
+            if victim is seq:
+                return False
+        return True
+
     # -- the step --------------------------------------------------------------------------
 
     def schedule(self) -> dict[Hashable, int]:
         """Plan one step: ``{seq_id: tokens to compute}``, running first, then FCFS admissions."""
         budget = self.max_num_batched_tokens
         plan: dict[Hashable, int] = {}
+        planned: list[Sequence] = []
         running = self.running
+        block_size = self.block_size
         # Phase 1: an index loop, because preemption shortens ``running`` under our feet.
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
             n = min(seq.num_tokens - seq.num_computed, budget)
-            while not self._try_grow(seq, seq.num_computed + n):
-                victim = running[-1]
-                self._preempt(victim)
-                if victim is seq:
-                    break
-            else:
-                plan[seq.seq_id] = n
-                budget -= n
-                i += 1
+            # The common case, a decode inside its last block, needs no new block: skip the call.
+            if seq.num_computed + n > seq.num_blocks * block_size and not self._make_room(seq, n):
+                continue  # it preempted itself: running got shorter, so the index stays
+            plan[seq.seq_id] = n
+            planned.append(seq)
+            budget -= n
+            i += 1
         # Phase 2: strictly FCFS; a head that does not fit blocks everybody behind it.
         waiting = self.waiting
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
@@ -136,22 +146,25 @@ class Scheduler:
             seq.status = SequenceStatus.RUNNING
             running.append(seq)
             plan[seq.seq_id] = n
+            planned.append(seq)
             budget -= n
         self._scheduled = plan
+        self.planned = planned
         return dict(plan)
 
     def update(self) -> list[Sequence]:
         """Apply the last plan: advance KV, sample completed sequences, retire finished ones."""
         done: list[Sequence] = []
         sampled: list[Sequence] = []
-        by_id = self._by_id
         eos = self.eos_token_id
-        for seq_id, n in self._scheduled.items():
-            seq = by_id[seq_id]
+        sample_fn = self.sample_fn
+        # ``planned`` holds the sequences themselves: finishing removes them from ``running``.
+        for seq, n in zip(self.planned, self._scheduled.values(), strict=True):
             seq.num_computed += n
             if seq.num_computed == seq.num_tokens:
-                tok = self.sample_fn(seq)
+                tok = sample_fn(seq)
                 seq.output.append(tok)
+                seq.num_tokens += 1
                 sampled.append(seq)
                 if tok == eos or len(seq.output) >= seq.max_tokens:
                     done.append(seq)
@@ -160,8 +173,8 @@ class Scheduler:
             self.running.remove(seq)
             self._free(seq)
             self.finished.append(seq)
-            del by_id[seq.seq_id]
         self._scheduled = {}
+        self.planned = []
         self.sampled = sampled
         return done
 

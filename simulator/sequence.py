@@ -26,6 +26,7 @@ class Sequence:
         "num_blocks",
         "status",
         "num_preemptions",
+        "num_tokens",
     )
 
     def __init__(self, seq_id: Hashable, prompt_len: int, max_tokens: int) -> None:
@@ -41,11 +42,9 @@ class Sequence:
         self.num_blocks = 0
         self.status = SequenceStatus.WAITING
         self.num_preemptions = 0
-
-    @property
-    def num_tokens(self) -> int:
-        """Prompt plus sampled tokens (the last sampled one has no KV yet)."""
-        return self.prompt_len + len(self.output)
+        # prompt_len + len(output), kept as a field because the scheduler reads it for every
+        # sequence in every step; only the scheduler appends to ``output`` and keeps it in step.
+        self.num_tokens = prompt_len
 
     @property
     def max_kv_tokens(self) -> int:

@@ -1,0 +1,154 @@
+"""Wall time of a whole ``servesim run`` against a bare loop that only drives the scheduler.
+
+Workloads:
+
+- ``issue``: 20,000 requests, Poisson 20 req/s, lognormal prompts (mu 6.5, sigma 1, max 4096)
+  and outputs (mu 5, sigma 1, max 1024); budget 2048, 256 seqs, 8000 blocks of 16; linear cost
+  4 ms + 0.02 ms/token + 0.05 ms/seq.
+- ``vidur``: Vidur's published point: 10,000 requests of 2048 prompt + 512 output tokens,
+  Poisson 1 req/s (about 30 running sequences).
+
+Run by hand: ``.venv/bin/python benchmarks/engine_bench.py [issue|vidur]``; each case runs in a
+fresh process so peak memory (ru_maxrss) is its own. Record results in benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ISSUE: dict[str, Any] = {
+    "name": "bench-issue",
+    "seed": 0,
+    "scheduler": {
+        "max_num_batched_tokens": 2048,
+        "max_num_seqs": 256,
+        "num_blocks": 8000,
+        "block_size": 16,
+    },
+    "cost_model": {"type": "linear", "base_ms": 4, "per_token_ms": 0.02, "per_seq_ms": 0.05},
+    "workload": {
+        "num_requests": 20_000,
+        "arrival": {"process": "poisson", "rate": 20},
+        "prompt_len": {"dist": "lognormal", "mu": 6.5, "sigma": 1.0, "max": 4096},
+        "output_len": {"dist": "lognormal", "mu": 5.0, "sigma": 1.0, "max": 1024},
+    },
+}
+VIDUR: dict[str, Any] = {
+    **ISSUE,
+    "name": "bench-vidur",
+    # ~56 ms decode steps at 30 sequences, so about 30 requests are running at once, as in
+    # Vidur's published run (its own step times came from a profiled A100 model).
+    "cost_model": {"type": "linear", "base_ms": 40, "per_token_ms": 0.02, "per_seq_ms": 0.5},
+    "workload": {
+        "num_requests": 10_000,
+        "arrival": {"process": "poisson", "rate": 1},
+        "prompt_len": {"dist": "fixed", "value": 2048},
+        "output_len": {"dist": "fixed", "value": 512},
+    },
+}
+CASES = {"issue": ISSUE, "vidur": VIDUR}
+
+
+def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
+    """Drive only the scheduler over the same arrivals, with the same step times (no simpy,
+    no Batch, no recording): the floor any engine built on this scheduler pays."""
+    from simulator.engine import _sample
+    from simulator.runner import build, resolve
+    from simulator.scheduler import Scheduler, Sequence
+
+    cfg = resolve(scenario)
+    workload, _ = build(cfg)
+    c = cfg.cost_model
+    s = cfg.scheduler
+    assert s.num_blocks is not None
+    base, per_tok, per_seq = c.base_ms / 1e3, c.per_token_ms / 1e3, c.per_seq_ms / 1e3  # type: ignore[union-attr]
+    sched = Scheduler(s.num_blocks, s.block_size, s.max_num_seqs, s.max_num_batched_tokens, _sample)
+    arrival = workload.arrival_s.tolist()
+    prompt = workload.prompt_len.tolist()
+    output = workload.output_len.tolist()
+    start = time.perf_counter()
+    now, i, n, steps = 0.0, 0, len(arrival), 0
+    while i < n or sched.has_work():
+        while i < n and arrival[i] <= now:
+            sched.add(Sequence(i, prompt[i], output[i]))
+            i += 1
+        if not sched.has_work():
+            now = arrival[i]
+            continue
+        plan = sched.schedule()
+        now += base + per_tok * sum(plan.values()) + per_seq * len(plan)
+        sched.update()
+        sched.finished.clear()
+        steps += 1
+    elapsed = time.perf_counter() - start
+    return elapsed, steps
+
+
+def full_run(scenario: dict[str, Any], out: Path) -> tuple[float, int, float]:
+    """``servesim run`` in-process, writing its outputs (no plots): wall s, steps, mean batch."""
+    from simulator.runner import atomic_dir, resolve, run, write_result
+
+    cfg = resolve(scenario)
+    start = time.perf_counter()
+    result = run(cfg)
+    with atomic_dir(out, overwrite=True) as tmp:
+        write_result(result, tmp, plots=False)
+    wall = time.perf_counter() - start
+    return wall, int(result.summary["num_steps"]), float(result.steps["num_seqs"].mean())
+
+
+def one(case: str, what: str) -> None:
+    """Child process: run one measurement and print it as JSON."""
+    scenario = CASES[case]
+    if what == "bare":
+        wall, steps = bare_loop(scenario)
+        extra: dict[str, Any] = {}
+    else:
+        wall, steps, batch = full_run(scenario, Path("/tmp") / f"servesim-bench-{case}")
+        extra = {"mean_batch": batch}
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"wall_s": wall, "steps": steps, "maxrss_mib": rss, **extra}))
+
+
+def main() -> None:
+    """Run each case as bare loop and full run, in fresh processes, and print a table."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("cases", nargs="*", default=[], help="issue, vidur (default: both)")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        one(*args.child)
+        return
+    for case in args.cases or list(CASES):
+        res: dict[str, list[dict[str, Any]]] = {"bare": [], "full": []}
+        for _ in range(args.repeat):
+            for what in res:
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--child", case, what],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                res[what].append(json.loads(proc.stdout))
+        bare = min(r["wall_s"] for r in res["bare"])
+        full = min(res["full"], key=lambda r: r["wall_s"])
+        steps = full["steps"]
+        print(
+            f"{case}: {steps:,} steps | bare scheduler loop {bare:.2f} s "
+            f"({steps / bare:,.0f} steps/s) | servesim run {full['wall_s']:.2f} s "
+            f"({steps / full['wall_s']:,.0f} steps/s) | ratio {full['wall_s'] / bare:.2f}x | "
+            f"mean batch {full['mean_batch']:.1f} seqs | peak RSS {full['maxrss_mib']:.0f} MiB "
+            f"(bare loop {min(r['maxrss_mib'] for r in res['bare']):.0f} MiB)"
+        )
+
+
+if __name__ == "__main__":
+    main()
