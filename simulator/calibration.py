@@ -379,20 +379,22 @@ def inconsistent_points(meas: pd.DataFrame, tol: float = 0.10) -> np.ndarray:
     for g in np.unique(groups):
         for kind in np.unique(kinds):
             idx = np.flatnonzero((groups == g) & (kinds == kind))
-            live = set(idx.tolist())
+            p, tt = pts[idx], t[idx]
+            # bad[i, j]: point i does no less work than j (more in some way) but is too fast.
+            ge = np.all(p[:, None, :] >= p[None, :, :], axis=2)
+            gt = np.any(p[:, None, :] > p[None, :, :], axis=2)
+            bad = ge & gt & (tt[:, None] < (1.0 - tol) * tt[None, :])
+            live = np.ones(len(idx), dtype=bool)
             while True:
-                counts = dict.fromkeys(live, 0)
-                for i in live:
-                    for j in live:
-                        bigger = np.all(pts[i] >= pts[j]) and np.any(pts[i] > pts[j])
-                        if bigger and t[i] < (1.0 - tol) * t[j]:
-                            counts[i] += 1
-                            counts[j] += 1
-                worst = max(live, key=lambda i: (counts[i], work[i]), default=None)
-                if worst is None or counts[worst] == 0:
+                sub = bad & live[:, None] & live[None, :]
+                counts = sub.sum(axis=0) + sub.sum(axis=1)
+                if counts.max(initial=0) == 0:
                     break
-                flags[worst] = True
-                live.discard(worst)
+                # The worst offender goes first; ties go to the bigger point.
+                order = np.lexsort((work[idx], counts))
+                worst = order[-1]
+                flags[idx[worst]] = True
+                live[worst] = False
     return flags
 
 

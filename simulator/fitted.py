@@ -56,10 +56,12 @@ FEATURES: tuple[str, ...] = (
     "per_decode_seq",
     "gemm",
     "gemm_large",
-    "attention",
     "kv_read",
+    "attention",
 )
-"""Feature names, in design-matrix column order (see ``uniform_features``)."""
+"""Feature names, in design-matrix column order (see ``uniform_features``). The order matters
+when rows cannot tell two features apart: the later one is left out (on decode-only rows
+``attention`` is proportional to ``kv_read``, and decodes are bound by the KV reads)."""
 
 KNEE_GRID: tuple[int | None, ...] = (None, 512, 1024, 2048, 4096, 8192, 16384)
 """Candidate ``knee_tokens`` the fit chooses from (``None``: no ``gemm_large`` term)."""
@@ -131,8 +133,8 @@ def uniform_features(
             b * (1.0 - prefill),
             np.maximum(matmul, scales.weight_read_ms),
             ramp * matmul,
-            pairs * scales.attention_ms_per_pair,
             b * (c + n) * scales.kv_read_ms_per_token,
+            pairs * scales.attention_ms_per_pair,
         ]
     )
 
@@ -154,8 +156,8 @@ def batch_features(batch: Batch, scales: FeatureScales) -> list[float]:
         float(decodes),
         max(matmul, scales.weight_read_ms),
         ramp * matmul,
-        pairs * scales.attention_ms_per_pair,
         (sum(ctx) + tokens) * scales.kv_read_ms_per_token,
+        pairs * scales.attention_ms_per_pair,
     ]
 
 
@@ -214,14 +216,24 @@ def _wnnls(a: Array, w: Array) -> Array:
     return np.asarray(x, dtype=float)
 
 
-def _irls(a: Array, x: Array, iters: int = 50) -> tuple[Array, Array]:
+def _row_scales(r: Array, w: Array, strata: Array) -> Array:
+    """Robust scale per stratum, spread to its rows: decodes may scatter by 1% and prefills by
+    5%, and one pooled scale would call every prefill an outlier."""
+    out = np.empty(len(r))
+    for s in np.unique(strata):
+        m = strata == s
+        out[m] = _robust_scale(r[m], w[m])
+    return out
+
+
+def _irls(a: Array, x: Array, strata: Array, iters: int = 50) -> tuple[Array, Array]:
     """Iteratively reweighted NNLS from ``x`` with Tukey biweights on the log ratios."""
     w = np.ones(a.shape[0])
     for _ in range(iters):
         # Weights from the log ratio (symmetric, see _log_start); the solve itself is in
         # relative error, which the log ratio approximates for the rows that keep weight.
         r = np.log(np.maximum(a @ x, 1e-12))
-        u = np.abs(r) / _robust_scale(r, w)
+        u = np.abs(r) / _row_scales(r, w, strata)
         w_new = np.where(u < _TUKEY_C, (1.0 - (u / _TUKEY_C) ** 2) ** 2, 0.0)
         if np.count_nonzero(w_new) < a.shape[1]:
             break  # too few rows left to pin every coefficient: keep the last good solution
@@ -247,14 +259,18 @@ def _identifiable(a: Array, tol: float = 1e-9) -> list[int]:
 
 
 def fit_coefficients(
-    x: Array, y: Array, features: Sequence[str] = FEATURES
+    x: Array,
+    y: Array,
+    features: Sequence[str] = FEATURES,
+    strata: Array | None = None,
 ) -> tuple[Array, tuple[str, ...], Array]:
     """Robust, non-negative, relative-error fit of ``x @ coef ~ y``.
 
     Relative error: row ``i`` is divided by ``y[i]``. Start from a soft-L1 fit of log ratios
     (outlier-resistant), then refine by Tukey biweight IRLS, which gives rows far off the fit
-    zero weight. Returns (coefficients over all ``FEATURES`` columns, names of
-    the features left out, final row weights).
+    zero weight; outliers are judged against the scatter of their own ``strata`` (e.g.
+    prefill vs decode rows; default: one stratum). Returns (coefficients over all
+    ``FEATURES`` columns, names of the features left out, final row weights).
     """
     y = np.asarray(y, dtype=float)
     if np.any(~np.isfinite(y)) or np.any(y <= 0):
@@ -269,7 +285,8 @@ def fit_coefficients(
     a = a / norm
     # Straight to Tukey from the robust start (an MM-estimate): Huber would keep a small weight
     # on a wild row, and in relative units a 15x over-prediction still swamps the fit.
-    x2, w = _irls(a, _log_start(a))
+    groups = np.zeros(len(y)) if strata is None else np.asarray(strata)
+    x2, w = _irls(a, _log_start(a), groups)
     coef = np.zeros(x.shape[1])
     coef[cols] = x2 / norm
     dropped = tuple(FEATURES[j] for j in range(len(FEATURES)) if j not in cols)
@@ -297,7 +314,8 @@ def fit_preset_coefficients(
     for knee in grid:
         sc = scales.with_knee(knee)
         x = uniform_features(num_seqs, new_tokens, context_len, sc)
-        coef, dropped, w = fit_coefficients(x, step_ms, features)
+        strata = (np.asarray(new_tokens) > 1).astype(float)
+        coef, dropped, w = fit_coefficients(x, step_ms, features, strata)
         if knee is not None and "gemm_large" in dropped:
             continue  # the same fit as knee=None
         loss = _selection_loss(x @ coef, np.asarray(step_ms, dtype=float))

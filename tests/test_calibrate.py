@@ -111,8 +111,8 @@ def test_hand_computed_features_of_a_mixed_batch() -> None:
         2.0,
         max(tokens * 0.05, 9.0),
         tokens / 2048 * tokens * 0.05,
-        pairs * 1.0e-6,
         (80 + tokens) * 2.0e-5,
+        pairs * 1.0e-6,
     ]
     assert batch_features(batch, SCALES) == pytest.approx(expected, rel=1e-12)
 
@@ -167,6 +167,18 @@ def test_features_outside_the_requested_set_stay_zero() -> None:
     )
     assert {k for k, v in fit.coefficients.items() if v > 0} <= {"overhead", "gemm", "kv_read"}
     assert "attention" in fit.dropped
+
+
+def test_decode_only_rows_keep_kv_read_not_attention() -> None:
+    b = np.array([1, 4, 16, 64, 1, 4, 16, 64], float)
+    c = np.array([100, 100, 100, 100, 3000, 3000, 3000, 3000], float)
+    n = np.ones_like(b)
+    flat = SCALES.with_knee(None)  # no gemm_large term in the truth
+    y = uniform_features(b, n, c, flat) @ np.array([TRUE[f] for f in FEATURES])
+    fit = fit_preset_coefficients(b, n, c, y, flat)
+    assert "attention" in fit.dropped and fit.coefficients["kv_read"] > 0
+    pred = uniform_features(b, n, c, flat) @ np.array([fit.coefficients[f] for f in FEATURES])
+    assert pred == pytest.approx(y, rel=1e-6)
 
 
 def test_unidentifiable_feature_is_dropped_not_split() -> None:
@@ -230,8 +242,10 @@ def test_aggregate_takes_the_median_of_repeats() -> None:
 # docs/fidelity.md); they are held to the looser bound next to them so the table stays honest.
 TARGET = (5.0, 10.0)
 KNOWN_MISSES: dict[tuple[str, str], tuple[float, float]] = {
-    ("bloom-176b_a100-80gb_tp8", "prefill"): (9.0, 12.0),
-    ("llama2-70b_a100-80gb_tp8", "prefill"): (9.0, 10.0),
+    ("bloom-176b_h100-80gb_tp8", "prefill"): (7.0, 10.0),
+    ("bloom-176b_h100-80gb-pcap_tp8", "prefill"): (7.0, 10.0),
+    ("llama2-70b_a100-80gb_tp4", "prefill"): (7.0, 10.0),
+    ("llama2-70b_a100-80gb_tp8", "prefill"): (7.5, 10.0),
     ("llama2-70b_h100-80gb_tp8", "prefill"): (9.0, 10.0),
     ("llama2-70b_h100-80gb-pcap_tp8", "prefill"): (9.0, 10.0),
     ("llama2-70b_a100-80gb_tp2", "decode"): (5.5, 10.0),
