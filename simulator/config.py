@@ -17,7 +17,7 @@ from simulator.workload import WorkloadConfig
 class SchedulerConfig(BaseModel):
     """The step scheduler's budgets (see shared/spec/scheduler.md)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     max_num_batched_tokens: int = Field(ge=1)
     """Token budget of one step, shared by decodes and prefill chunks."""
@@ -34,7 +34,7 @@ class SchedulerConfig(BaseModel):
 class SLOConfig(BaseModel):
     """Latency targets; a request meets the SLO when it meets every one given."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     ttft_ms: float | None = Field(default=None, gt=0)
     """Time to first token, in milliseconds."""
@@ -47,7 +47,7 @@ class SLOConfig(BaseModel):
 class ScenarioConfig(BaseModel):
     """One simulation: server, cost model, workload, and optional SLOs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
     """Scenario name; names the default output folder."""

@@ -41,7 +41,7 @@ class CostModel(Protocol):
 class LinearCostConfig(BaseModel):
     """Step time as a linear function of the batch's token, sequence and context counts."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     type: Literal["linear"] = "linear"
     """Discriminator of the cost-model union."""
@@ -69,7 +69,7 @@ class LinearCostConfig(BaseModel):
 class RooflineCostConfig(BaseModel):
     """Step time from FLOPs and bytes against a GPU's peak compute and HBM bandwidth."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     type: Literal["roofline"] = "roofline"
     """Discriminator of the cost-model union."""
