@@ -84,7 +84,8 @@ def render(root: type[BaseModel], prefix: str = "") -> str:
         for name, field in model.model_fields.items():
             key = f"{path}.{name}" if path else name
             desc = (field.description or "").replace("\n", " ").replace("|", "\\|")
-            out.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {desc} |")
+            kind, default = _type_name(field.annotation), _default(field)
+            out.append(f"| `{name}` | {kind} | {default} | {desc} |")
             children.extend((key, m) for m in _models_in(field.annotation))
         out.append("")
         for key, child in children:
