@@ -81,6 +81,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_presets(args: argparse.Namespace) -> int:
     """List the model, hardware and fitted cost-model presets."""
+    from simulator.fitted import list_fitted, load_preset
     from simulator.presets import list_presets, load_hardware, load_model
 
     presets = list_presets()
@@ -98,11 +99,10 @@ def cmd_presets(args: argparse.Namespace) -> int:
             f"  {name:<14} {h.peak_flops / 1e12:6.0f} TFLOP/s, "
             f"{h.hbm_bandwidth / 1e12:.2f} TB/s, {h.memory_bytes / 1e9:.0f} GB"
         )
-    fitted = presets.get("fitted", [])
-    if fitted:
-        print("fitted cost models (cost_model: {type: fitted, path: NAME}):")
-        for name in fitted:
-            print(f"  {name}")
+    print("fitted cost models (cost_model: {type: fitted, path: NAME}):")
+    for name in list_fitted():
+        p = load_preset(name)
+        print(f"  {name:<36} {p.model} on {p.tp} x {p.hardware}")
     return 0
 
 
@@ -191,12 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_presets)
 
-    try:
-        from simulator.calibration import add_subcommands
-    except ImportError:  # the calibration commands are optional while they are being built
-        pass
-    else:
-        add_subcommands(sub)
+    from simulator.calibration import add_subcommands
+
+    add_subcommands(sub)
     return parser
 
 

@@ -72,7 +72,7 @@ Array = NDArray[np.float64]
 class FeatureScales(BaseModel):
     """Per-GPU roofline constants that turn a step's shape into feature values (ms)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     matmul_ms_per_token: float = Field(gt=0)
     """Dense-matmul time of one token at peak FLOP/s, per GPU (``2 * params / tp / peak``), ms."""
@@ -332,7 +332,7 @@ def fit_preset_coefficients(
 class FittedPreset(BaseModel):
     """A fitted cost-model preset file (``configs/fitted/<name>.yaml``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     name: str
     """Short identifier, e.g. ``llama-2-70b_a100-80gb_tp8``."""
@@ -370,7 +370,7 @@ class FittedPreset(BaseModel):
 class FittedCostConfig(BaseModel):
     """Cost model from a fitted preset (``servesim calibrate`` writes those)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     type: Literal["fitted"] = "fitted"
     """Discriminator of the cost-model union."""

@@ -20,6 +20,7 @@ from simulator.config import ScenarioConfig, dump_scenario, load_scenario, valid
 from simulator.cost_model import CostModel, RooflineCostConfig, build_cost_model
 from simulator.engine import Simulation, SimulationResult, warn
 from simulator.errors import InputError
+from simulator.fitted import FittedCostConfig, load_preset
 from simulator.workload import Workload, generate
 
 
@@ -27,20 +28,25 @@ def resolve_num_blocks(cfg: ScenarioConfig) -> int:
     """``scheduler.num_blocks``, or derived from GPU memory for a roofline cost model."""
     if cfg.scheduler.num_blocks is not None:
         return cfg.scheduler.num_blocks
+    from simulator.presets import derive_num_blocks, load_hardware, load_model
+
     cm = cfg.cost_model
     if isinstance(cm, RooflineCostConfig):
-        from simulator.presets import derive_num_blocks, load_hardware, load_model
-
-        return derive_num_blocks(
-            load_model(cm.model),
-            load_hardware(cm.hardware),
-            cm.tp,
-            cfg.scheduler.block_size,
-            cfg.scheduler.gpu_memory_utilization,
+        model, hardware, tp = cm.model, cm.hardware, cm.tp
+    elif isinstance(cm, FittedCostConfig):
+        preset = load_preset(cm.path)  # a fitted preset names the model and GPUs it was fitted on
+        model, hardware, tp = preset.model, preset.hardware, preset.tp
+    else:
+        raise InputError(
+            "scheduler.num_blocks: required with a linear cost model (roofline and fitted "
+            "models derive it from GPU memory)"
         )
-    raise InputError(
-        "scheduler.num_blocks: required unless cost_model.type is roofline "
-        "(which derives it from GPU memory)"
+    return derive_num_blocks(
+        load_model(model),
+        load_hardware(hardware),
+        tp,
+        cfg.scheduler.block_size,
+        cfg.scheduler.gpu_memory_utilization,
     )
 
 
