@@ -38,6 +38,7 @@ __all__ = [
     "FittedCostModel",
     "FittedPreset",
     "KNEE_GRID",
+    "KNEE_STEEPNESS",
     "batch_features",
     "fit_coefficients",
     "fit_preset_coefficients",
@@ -63,8 +64,17 @@ FEATURES: tuple[str, ...] = (
 when rows cannot tell two features apart: the later one is left out (on decode-only rows
 ``attention`` is proportional to ``kv_read``, and decodes are bound by the KV reads)."""
 
-KNEE_GRID: tuple[int | None, ...] = (None, 512, 1024, 2048, 4096, 8192, 16384)
-"""Candidate ``knee_tokens`` the fit chooses from (``None``: no ``gemm_large`` term)."""
+KNEE_GRID: tuple[int | None, ...] = (
+    None,
+    *(int(round(512 * 2 ** (i / 2))) for i in range(11)),
+)
+"""Candidate ``knee_tokens`` the fit chooses from, half an octave apart from 512 to 16384
+(``None``: no ``gemm_large`` term). Half octaves because Splitwise's prompt sizes are whole
+octaves apart and a transition often falls between two of them (H100: between 2k and 4k)."""
+
+KNEE_STEEPNESS = 4.0
+"""Exponent ``h`` of the ``gemm_large`` transition ``1 / (1 + (knee / tokens) ** h)``: 10% of
+the way at ``knee / 3 ** (1/2)``, 90% at ``knee * 3 ** (1/2)`` (a factor 3 in step size)."""
 
 Array = NDArray[np.float64]
 
@@ -83,8 +93,9 @@ class FeatureScales(BaseModel):
     kv_read_ms_per_token: float = Field(gt=0)
     """Time to read one token's K and V over all layers at peak bandwidth, per GPU, ms."""
     knee_tokens: int | None = Field(default=None, gt=0)
-    """Step size (tokens) at which ``gemm_large`` reaches the step's full matmul time (it ramps
-    in linearly below); ``None``: no such term."""
+    """Step size (tokens) at which ``gemm_large`` is half in: it adds ``s(T)`` x the step's
+    matmul time, ``s(T) = 1 / (1 + (knee_tokens / T) ** KNEE_STEEPNESS)``; ``None``: no such
+    term."""
 
     @classmethod
     def from_specs(cls, model: ModelSpec, hw: HardwareSpec, tp: int) -> FeatureScales:
@@ -106,6 +117,20 @@ class FeatureScales(BaseModel):
         return self.model_copy(update={"knee_tokens": knee_tokens})
 
 
+def _transition(tokens: Array, knee: int | None) -> Array:
+    """Share of the ``gemm_large`` cost a step of ``tokens`` pays: a smooth step in
+    log(tokens) from 0 to 1, half-way at ``knee`` (all 0 without a knee).
+
+    Why a step and not a ramp from 0: on Splitwise's GPUs the per-token prefill cost is flat
+    up to ~2k tokens per step, 1.3-2x higher from ~4k on, and flat again beyond (1 x 4096 and
+    8 x 512 prompts cost the same per token, so it follows the step's size, not attention).
+    """
+    if knee is None:
+        return np.zeros_like(tokens)
+    safe = np.maximum(tokens, 1.0)
+    return np.asarray(1.0 / (1.0 + (knee / safe) ** KNEE_STEEPNESS), dtype=float)
+
+
 def uniform_features(
     num_seqs: Array | Sequence[float],
     new_tokens: Array | Sequence[float],
@@ -120,9 +145,7 @@ def uniform_features(
     prefill = (n > 1).astype(float)
     tokens = b * n
     matmul = tokens * scales.matmul_ms_per_token
-    knee = scales.knee_tokens
-    # Ramp: the extra matmul cost of a big step grows in with its size and is full at the knee.
-    ramp = np.zeros_like(tokens) if knee is None else np.minimum(1.0, tokens / knee)
+    ramp = _transition(tokens, scales.knee_tokens)
     # A causal chunk of n queries on c cached keys: n*c pairs plus the n(n+1)/2 triangle.
     pairs = b * (n * c + n * (n + 1) / 2)
     return np.column_stack(
@@ -147,7 +170,7 @@ def batch_features(batch: Batch, scales: FeatureScales) -> list[float]:
     # Causal pairs n*c + n(n+1)/2 summed with map(mul): runs in C, called once per step.
     pairs = sum(map(mul, new, ctx)) + (sum(map(mul, new, new)) + tokens) // 2
     knee = scales.knee_tokens
-    ramp = 0.0 if knee is None else min(1.0, tokens / knee)
+    ramp = 0.0 if knee is None else 1.0 / (1.0 + (knee / tokens) ** KNEE_STEEPNESS)
     matmul = tokens * scales.matmul_ms_per_token
     return [
         1.0,
@@ -185,9 +208,10 @@ _SCALE_FLOOR = 1e-3
 
 
 def _robust_scale(r: Array, w: Array) -> float:
-    """MAD-based scale of the residuals of rows still in play (weight > 0)."""
-    live = r[w > 0] if np.any(w > 0) else r
-    mad = float(np.median(np.abs(live - np.median(live))))
+    """MAD-based scale of the residuals of all rows: the MAD ignores outliers by itself, and
+    measuring it on the rows still in play only would shrink it each round until most rows
+    are dropped (it did: 7 of 13 prefills on H100 TP 8)."""
+    mad = float(np.median(np.abs(r - np.median(r))))
     return max(1.4826 * mad, _SCALE_FLOOR)
 
 

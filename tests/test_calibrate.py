@@ -110,7 +110,8 @@ def test_hand_computed_features_of_a_mixed_batch() -> None:
         1.0,
         2.0,
         max(tokens * 0.05, 9.0),
-        tokens / 2048 * tokens * 0.05,
+        # gemm_large: the smooth step 1 / (1 + (knee / tokens)^4) of the matmul time.
+        tokens * 0.05 / (1.0 + (2048 / tokens) ** 4),
         (80 + tokens) * 2.0e-5,
         pairs * 1.0e-6,
     ]
@@ -238,17 +239,15 @@ def test_aggregate_takes_the_median_of_repeats() -> None:
 # -- the real data ---------------------------------------------------------------------------
 
 # Targets: held-out median APE <= 5% and mean APE <= 10%, per kind, on the points that pass the
-# consistency check. Groups listed here missed a target when the model was fixed (see
-# docs/fidelity.md); they are held to the looser bound next to them so the table stays honest.
+# consistency check. The groups below still MISS a target (see docs/fidelity.md): they are held
+# to the error they achieve now (5-fold, seed 0), so a regression fails; every other group and
+# kind must meet the targets themselves.
 TARGET = (5.0, 10.0)
-KNOWN_MISSES: dict[tuple[str, str], tuple[float, float]] = {
-    ("bloom-176b_h100-80gb_tp8", "prefill"): (7.0, 10.0),
-    ("bloom-176b_h100-80gb-pcap_tp8", "prefill"): (7.0, 10.0),
-    ("llama2-70b_a100-80gb_tp4", "prefill"): (7.0, 10.0),
-    ("llama2-70b_a100-80gb_tp8", "prefill"): (7.5, 10.0),
-    ("llama2-70b_h100-80gb_tp8", "prefill"): (9.0, 10.0),
-    ("llama2-70b_h100-80gb-pcap_tp8", "prefill"): (9.0, 10.0),
-    ("llama2-70b_a100-80gb_tp2", "decode"): (5.5, 10.0),
+CURRENT_MISSES: dict[tuple[str, str], tuple[float, float]] = {
+    ("bloom-176b_h100-80gb-pcap_tp8", "prefill"): (5.4, 10.0),
+    ("llama2-70b_a100-80gb_tp4", "prefill"): (6.0, 10.0),
+    ("llama2-70b_a100-80gb_tp8", "prefill"): (6.6, 10.0),
+    ("llama2-70b_a100-80gb_tp2", "decode"): (5.2, 10.0),
 }
 
 
@@ -260,7 +259,7 @@ def test_splitwise_heldout_error_meets_targets(splitwise_rows: pd.DataFrame) -> 
             meas, first.model, first.hardware, int(first.tp), rng=np.random.default_rng(0)
         )
         for kind, s in preset.heldout["consistent_points"].items():
-            med, mean = KNOWN_MISSES.get((str(group), kind), TARGET)
+            med, mean = CURRENT_MISSES.get((str(group), kind), TARGET)
             if s["median_ape_pct"] > med or s["mean_ape_pct"] > mean:
                 misses.append((group, kind, s["median_ape_pct"], s["mean_ape_pct"]))
         # At most 2 of 32 points may be set aside as inconsistent in any group.
