@@ -59,7 +59,7 @@ CASES = {"issue": ISSUE, "vidur": VIDUR}
 def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
     """Drive only the scheduler over the same arrivals, with the same step times (no simpy,
     no Batch, no recording): the floor any engine built on this scheduler pays."""
-    from simulator.engine import _sample
+    from simulator.engine import _sample, _sample_many
     from simulator.runner import build, resolve
     from simulator.scheduler import Scheduler, Sequence
 
@@ -69,7 +69,14 @@ def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
     s = cfg.scheduler
     assert s.num_blocks is not None
     base, per_tok, per_seq = c.base_ms / 1e3, c.per_token_ms / 1e3, c.per_seq_ms / 1e3  # type: ignore[union-attr]
-    sched = Scheduler(s.num_blocks, s.block_size, s.max_num_seqs, s.max_num_batched_tokens, _sample)
+    sched = Scheduler(
+        s.num_blocks,
+        s.block_size,
+        s.max_num_seqs,
+        s.max_num_batched_tokens,
+        _sample,
+        sample_many=_sample_many,
+    )
     arrival = workload.arrival_s.tolist()
     prompt = workload.prompt_len.tolist()
     output = workload.output_len.tolist()
@@ -82,11 +89,15 @@ def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
         if not sched.has_work():
             now = arrival[i]
             continue
+        steps += 1
+        num_seqs, _ = sched.decode_step()  # the scheduler's own fast path for plain decodes
+        if num_seqs:
+            now += base + (per_tok + per_seq) * num_seqs
+            continue
         plan = sched.schedule()
         now += base + per_tok * sum(plan.values()) + per_seq * len(plan)
         sched.update()
         sched.finished.clear()
-        steps += 1
     elapsed = time.perf_counter() - start
     return elapsed, steps
 

@@ -38,6 +38,16 @@ class CostModel(Protocol):
         ...
 
 
+class DecodeCostModel(CostModel, Protocol):
+    """A cost model that can also time an all-decode step from two sums (the engine's fast
+    path); ``decode_time(n, c)`` must equal ``step_time`` of any batch of ``n`` one-token
+    sequences whose contexts add up to ``c``, to the last bit."""
+
+    def decode_time(self, num_seqs: int, context: int) -> float:
+        """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in all."""
+        ...
+
+
 class LinearCostConfig(BaseModel):
     """Step time as a linear function of the batch's token, sequence and context counts."""
 
@@ -111,11 +121,15 @@ class LinearCostModel:
 
     def step_time(self, batch: Batch) -> float:
         """Seconds the step takes."""
+        return self._time(sum(batch.new_tokens), len(batch.new_tokens), sum(batch.context_lens))
+
+    def decode_time(self, num_seqs: int, context: int) -> float:
+        """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in all."""
+        return self._time(num_seqs, num_seqs, context)
+
+    def _time(self, tokens: int, seqs: int, context: int) -> float:
         return (
-            self._base
-            + self._per_token * sum(batch.new_tokens)
-            + self._per_seq * len(batch.new_tokens)
-            + self._per_ctx * sum(batch.context_lens)
+            self._base + self._per_token * tokens + self._per_seq * seqs + self._per_ctx * context
         )
 
 
@@ -167,7 +181,14 @@ class RooflineCostModel:
 
     def step_time(self, batch: Batch) -> float:
         """Seconds the step takes."""
-        tokens, ctx, pairs = self._sums(batch)
+        return self._time(*self._sums(batch))
+
+    def decode_time(self, num_seqs: int, context: int) -> float:
+        """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in all
+        (each sees its context plus itself: ``context + num_seqs`` query-key pairs)."""
+        return self._time(num_seqs, context, context + num_seqs)
+
+    def _time(self, tokens: int, ctx: int, pairs: int) -> float:
         flops = self._mm_flops_per_token * tokens + self._attn_flops_per_pair * pairs
         nbytes = self._weight_bytes + self._kv_bytes_per_token * (ctx + tokens)
         t_roof = max(flops / self._compute_rate, nbytes / self._memory_rate)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,13 @@ def _index(seq: Sequence) -> int:
 
 def _sample(seq: Sequence) -> int:
     return token_for(_index(seq), len(seq.output))
+
+
+def _sample_many(seq: Sequence, k: int) -> list[int]:
+    """The next ``k`` tokens ``_sample`` would give, in one go (for deferred decode steps)."""
+    base, p = _index(seq) * 1_000_003 + 17, len(seq.output)
+    # token_for() inlined: this list is the engine's only per-token Python work
+    return [(base + q * 7_919) % 32_000 + 1 for q in range(p, p + k)]
 
 
 @dataclass
@@ -111,18 +118,28 @@ class Simulation:
         max_num_batched_tokens: int,
         slo: dict[str, float | None] | None = None,
         progress: Callable[[int], object] | None = None,
+        fast_decode: bool = True,
     ) -> None:
         self.workload = workload
         self.cost_model = cost_model
         self.slo = slo
         self.progress = progress
+        # Plain decode steps skip the scheduler's per-sequence loops when the cost model can
+        # time them from sums; the results are identical either way (tests compare both).
+        self._decode_time = getattr(cost_model, "decode_time", None) if fast_decode else None
         self.scheduler = Scheduler(
-            num_blocks, block_size, max_num_seqs, max_num_batched_tokens, _sample
+            num_blocks,
+            block_size,
+            max_num_seqs,
+            max_num_batched_tokens,
+            _sample,
+            sample_many=_sample_many if self._decode_time is not None else None,
         )
         self.env = simpy.Environment()
         self._wake: simpy.Event | None = None
         self._rec = _Recorder(len(workload))
         self._arrivals_done = False
+        self._next_arrival = 0.0  # when the arrival process next wakes up
 
     def _arrivals(self) -> simpy.events.ProcessGenerator:
         env, sched, rec = self.env, self.scheduler, self._rec
@@ -131,6 +148,9 @@ class Simulation:
         output = self.workload.output_len.tolist()
         for i, t in enumerate(arrival):
             if t > env.now:
+                # the instant simpy will resume us (now + delay), which the server's decode
+                # windows must not step past
+                self._next_arrival = env.now + (t - env.now)
                 yield env.timeout(t - env.now)
             seq = Sequence(i, int(prompt[i]), int(output[i]))
             if sched.can_ever_fit(seq):
@@ -150,6 +170,7 @@ class Simulation:
                 if self.progress is not None:
                     self.progress(1)
         self._arrivals_done = True
+        self._next_arrival = float("inf")
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
@@ -159,6 +180,7 @@ class Simulation:
         step_times, step_ints = rec.step_times, rec.step_ints
         sampled_ids, sampled_per_step = rec.sampled_ids, rec.sampled_per_step
         progress = self.progress
+        decode_time = self._decode_time
         while True:
             if not sched.has_work():
                 if self._arrivals_done:
@@ -168,6 +190,10 @@ class Simulation:
                 self._wake = None
                 continue
             num_running, num_waiting = len(sched.running), len(sched.waiting)
+            if decode_time is not None:
+                num_seqs = yield from self._decode_window(decode_time, num_running, num_waiting)
+                if num_seqs:
+                    continue
             preempted_before = sched.num_preemptions
             plan = sched.schedule()
             if not plan:  # impossible by the spec (a lone head always fits); never spin
@@ -216,6 +242,45 @@ class Simulation:
                     preempted,
                 )
             )
+
+    def _decode_window(
+        self, decode_time: Callable[[int, int], float], num_running: int, num_waiting: int
+    ) -> Generator[simpy.Event, Any, int]:
+        """Run the plain decode steps the scheduler accepts, back to back, under as few simpy
+        timeouts as exactness allows; return how many steps ran (0: none was plain).
+
+        Only an arrival can change the scheduler's mind between plain decode steps, so every
+        step that starts before the next arrival joins the window. The window's end must be
+        exactly where step-by-step timeouts would have landed (``start + sum`` in float is not
+        always ``start + (end - start)``): when one would not, the window is cut there."""
+        env, sched, rec = self.env, self.scheduler, self._rec
+        steps = 0
+        start = end = env.now
+        ids: list[int] = []
+        while end < self._next_arrival or not steps:
+            num_seqs, kv_tokens = sched.decode_step()
+            if not num_seqs:
+                break
+            if not ids:
+                ids = [_index(seq) for seq in sched.running]
+            duration = decode_time(num_seqs, kv_tokens)
+            if not duration > 0:
+                raise RuntimeError(f"cost model returned a step time of {duration!r}")
+            rec.step_times.extend((end, duration))
+            rec.step_ints.extend(
+                (num_seqs, num_seqs, 0, num_seqs, sched.blocks_used, num_running, num_waiting, 0)
+            )
+            rec.sampled_ids.extend(ids)
+            rec.sampled_per_step.append(num_seqs)
+            steps += 1
+            new_end = end + duration
+            if start + (new_end - start) != new_end:
+                yield env.timeout(end - start)  # lands exactly on ``end``, checked last round
+                start = end
+            end = new_end
+        if steps:
+            yield env.timeout(end - start)
+        return steps
 
     def run(self) -> SimulationResult:
         """Simulate until every request has finished or been rejected."""

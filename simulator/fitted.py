@@ -166,20 +166,27 @@ def batch_features(batch: Batch, scales: FeatureScales) -> list[float]:
     """Feature values (``FEATURES`` order) of one step, mixed prefill and decode allowed."""
     new, ctx = batch.new_tokens, batch.context_lens
     tokens = sum(new)
-    decodes = new.count(1)
     # Causal pairs n*c + n(n+1)/2 summed with map(mul): runs in C, called once per step.
     pairs = sum(map(mul, new, ctx)) + (sum(map(mul, new, new)) + tokens) // 2
+    return step_features(len(new), new.count(1), tokens, sum(ctx), pairs, scales)
+
+
+def step_features(
+    num_seqs: int, decodes: int, tokens: int, context: int, pairs: int, scales: FeatureScales
+) -> list[float]:
+    """Feature values of a step from its sums: sequences, decodes (1-token sequences),
+    tokens computed, tokens already in KV, and causal query-key pairs."""
     knee = scales.knee_tokens
     ramp = 0.0 if knee is None else 1.0 / (1.0 + (knee / tokens) ** KNEE_STEEPNESS)
     matmul = tokens * scales.matmul_ms_per_token
     return [
         1.0,
-        1.0 if decodes < len(new) else 0.0,
-        float(len(new) - decodes),
+        1.0 if decodes < num_seqs else 0.0,
+        float(num_seqs - decodes),
         float(decodes),
         max(matmul, scales.weight_read_ms),
         ramp * matmul,
-        (sum(ctx) + tokens) * scales.kv_read_ms_per_token,
+        (context + tokens) * scales.kv_read_ms_per_token,
         pairs * scales.attention_ms_per_pair,
     ]
 
@@ -421,6 +428,14 @@ class FittedCostModel:
     def step_time(self, batch: Batch) -> float:
         """Seconds the step takes (0 for an empty batch)."""
         return self.step_ms(batch) * 1e-3
+
+    def decode_time(self, num_seqs: int, context: int) -> float:
+        """Seconds of a step that decodes ``num_seqs`` sequences holding ``context`` tokens of
+        KV in all: exactly ``step_time`` of that batch, without building it."""
+        feats = step_features(
+            num_seqs, num_seqs, num_seqs, context, context + num_seqs, self.scales
+        )
+        return float(sum(c * f for c, f in zip(self._coef, feats, strict=True))) * 1e-3
 
     def predict_ms(self, num_seqs: Array, new_tokens: Array, context_len: Array) -> Array:
         """Milliseconds of uniform batches, vectorised (what ``servesim predict`` uses)."""

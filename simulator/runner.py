@@ -77,10 +77,13 @@ def run(
     scenario: ScenarioConfig | dict[str, Any] | str | Path,
     *,
     progress: bool | None = False,
+    fast_decode: bool = True,
 ) -> SimulationResult:
     """Simulate a scenario and return its requests, steps and summary.
 
     ``progress``: True shows a progress bar on stderr, None shows one only on a terminal.
+    ``fast_decode``: False steps plain decodes through the scheduler one by one (same results,
+    slower; for checking).
     """
     cfg = resolve(scenario)
     workload, cost_model = build(cfg)
@@ -97,6 +100,7 @@ def run(
             max_num_batched_tokens=cfg.scheduler.max_num_batched_tokens,
             slo=slo,
             progress=tick,
+            fast_decode=fast_decode,
         )
         result = sim.run()
     result.scenario = cfg

@@ -32,6 +32,8 @@ class Scheduler:
         max_num_batched_tokens: int,
         sample_fn: Callable[[Sequence], int],
         eos_token_id: int | None = None,
+        *,
+        sample_many: Callable[[Sequence, int], list[int]] | None = None,
     ) -> None:
         self.num_blocks = _positive("num_blocks", num_blocks)
         self.block_size = _positive("block_size", block_size)
@@ -39,6 +41,9 @@ class Scheduler:
         self.max_num_batched_tokens = _positive("max_num_batched_tokens", max_num_batched_tokens)
         self.sample_fn = sample_fn
         self.eos_token_id = eos_token_id
+        self.sample_many = sample_many
+        """``sample_many(seq, k)``: the next ``k`` tokens ``sample_fn`` would give, at once;
+        enables ``decode_step()`` (with no EOS, which only sampling can reveal)."""
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.finished: list[Sequence] = []
@@ -50,6 +55,8 @@ class Scheduler:
         """The sequences of the step in flight, in plan order (``update()`` empties it)."""
         self.sampled: list[Sequence] = []
         """Sequences that sampled a token in the last ``update()``, in plan order."""
+        self._all_decoding = False  # every running sequence sampled in the last update()
+        self._run: _DecodeRun | None = None
 
     # -- admission -------------------------------------------------------------------------
 
@@ -118,6 +125,7 @@ class Scheduler:
 
     def schedule(self) -> dict[Hashable, int]:
         """Plan one step: ``{seq_id: tokens to compute}``, running first, then FCFS admissions."""
+        self._settle()
         budget = self.max_num_batched_tokens
         plan: dict[Hashable, int] = {}
         planned: list[Sequence] = []
@@ -176,7 +184,63 @@ class Scheduler:
         self._scheduled = {}
         self.planned = []
         self.sampled = sampled
+        self._all_decoding = len(sampled) - len(done) == len(self.running)
         return done
+
+    # -- decode fast path ------------------------------------------------------------------
+    # Most steps of a busy server decode every running sequence and change nothing else.
+    # decode_step() recognises such a step in O(1) and defers the per-sequence work (advancing
+    # num_computed, sampling) to _settle(), which runs before the next schedule(): the state
+    # is then exactly what schedule() + update() would have left after each of those steps.
+
+    def decode_step(self) -> tuple[int, int]:
+        """Take the next step as a deferred decode of every running sequence, if the spec
+        would plan exactly that (nobody admitted, preempted or finished): return the number
+        of sequences and their context tokens before the step; else ``(0, 0)``, and the step
+        must go through ``schedule()`` and ``update()``."""
+        run = self._run
+        if run is None:
+            if not self._all_decoding or self.sample_many is None or self.eos_token_id is not None:
+                return 0, 0
+            run = _DecodeRun.start(self)
+            if run is None:
+                return 0, 0
+            self._run = run
+        t = run.steps + 1
+        if t >= run.min_left:  # somebody samples its last token in this step
+            return 0, 0
+        grow = run.crossing[(1 - t) % self.block_size]
+        used = self.blocks_used + grow
+        if used > self.num_blocks:  # a sequence needs a block that is not free: preemption
+            return 0, 0
+        if self.waiting and self._admissible(self.waiting[0], run.num_seqs, used):
+            return 0, 0
+        self.blocks_used = used
+        run.steps = t
+        return run.num_seqs, run.context + run.num_seqs * (t - 1)
+
+    def _admissible(self, head: Sequence, num_running: int, used: int) -> bool:
+        """Whether phase 2 would admit ``head`` after a full decode of ``num_running``."""
+        budget = self.max_num_batched_tokens - num_running
+        if budget <= 0 or num_running >= self.max_num_seqs:
+            return False
+        n = min(head.num_tokens - head.num_computed, budget)
+        need = self.blocks_for(head.num_computed + n) - head.num_blocks
+        return used + need <= self.num_blocks
+
+    def _settle(self) -> None:
+        """Apply the deferred decode steps to every sequence (blocks_used is kept eagerly)."""
+        run, self._run = self._run, None
+        if run is None or not run.steps:
+            return
+        k = run.steps
+        sample_many = self.sample_many
+        assert sample_many is not None
+        for seq in self.running:
+            seq.output.extend(sample_many(seq, k))
+            seq.num_computed += k
+            seq.num_tokens += k
+            seq.num_blocks = self.blocks_for(seq.num_computed)
 
     @property
     def scheduled(self) -> dict[Hashable, int]:
@@ -186,3 +250,34 @@ class Scheduler:
     def has_work(self) -> bool:
         """Whether any sequence is waiting or running."""
         return bool(self.waiting or self.running)
+
+
+class _DecodeRun:
+    """The running batch frozen at the start of a stretch of deferred decode steps."""
+
+    __slots__ = ("num_seqs", "context", "min_left", "crossing", "steps")
+
+    def __init__(self, num_seqs: int, context: int, min_left: int, crossing: list[int]) -> None:
+        self.num_seqs = num_seqs
+        self.context = context  # tokens in KV over the batch before the first deferred step
+        self.min_left = min_left  # steps until the first sequence samples its last token
+        self.crossing = crossing  # [r]: sequences whose num_computed % block_size == r
+        self.steps = 0
+
+    @classmethod
+    def start(cls, sched: Scheduler) -> _DecodeRun | None:
+        """Freeze the batch, or None if the next step cannot decode all of it at once."""
+        running = sched.running
+        if not running or len(running) > sched.max_num_batched_tokens:
+            return None
+        crossing = [0] * sched.block_size
+        context = 0
+        min_left = running[0].max_tokens
+        for seq in running:
+            c = seq.num_computed
+            context += c
+            crossing[c % sched.block_size] += 1
+            left = seq.max_tokens - len(seq.output)
+            if left < min_left:
+                min_left = left
+        return cls(len(running), context, min_left, crossing)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import simulator
+import simulator.runner
 from simulator.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 
 
@@ -190,3 +191,38 @@ def test_slo_goodput_counts_requests_meeting_every_target() -> None:
     req = result.requests
     ok = (req["ttft_s"] <= 0.5) & ((req["tpot_s"] <= 0.05) | req["tpot_s"].isna())
     assert result.summary["goodput"] == pytest.approx(ok.sum() / result.summary["duration_s"])
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {},  # linear, tight KV: preemptions interrupt decode runs
+        {"cost_model": {"type": "linear", "base_ms": 1, "per_context_token_ms": 0.001}},
+        {  # seed 17: a decode window whose float end one timeout cannot land on exactly
+            "seed": 17,
+            "cost_model": {"type": "linear", "base_ms": 1, "per_context_token_ms": 0.001},
+            "workload": dict(scenario()["workload"], num_requests=150),
+        },
+        {"cost_model": {"type": "roofline", "model": "llama-3-8b", "hardware": "h100-sxm"}},
+        {"cost_model": {"type": "fitted", "path": "llama-2-70b_h100-sxm_tp8"}},
+        {  # round numbers: arrivals land exactly on step boundaries
+            "cost_model": {"type": "linear", "base_ms": 5},
+            "workload": {
+                "num_requests": 300,
+                "arrival": {"process": "constant", "rate": 20},
+                "prompt_len": {"dist": "uniform", "low": 1, "high": 64},
+                "output_len": {"dist": "uniform", "low": 1, "high": 64},
+            },
+        },
+    ],
+    ids=["linear-tight-kv", "context-cost", "float-landing", "roofline", "fitted", "ties"],
+)
+def test_deferred_decode_windows_change_nothing(over: dict[str, Any]) -> None:
+    cfg = scenario(**over)
+    fast = simulator.runner.run(cfg, fast_decode=True)
+    slow = simulator.runner.run(cfg, fast_decode=False)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+    np.testing.assert_array_equal(fast.checksums, slow.checksums)
+    decodes_only = (fast.steps["num_decode_seqs"] == fast.steps["num_seqs"]).mean()
+    assert decodes_only > 0.3  # the fast path had work to do

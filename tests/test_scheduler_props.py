@@ -128,3 +128,86 @@ def test_add_rejects_exactly_the_sequences_that_can_never_fit(
         assert "can never fit" in str(err)
     else:
         assert fits
+
+
+def trace_run(
+    reqs: list[Req], num_blocks: int, block_size: int, budget: int, max_seqs: int, fast: bool
+) -> tuple[list[tuple[object, ...]], dict[Hashable, list[int]]]:
+    """Every step's (plan, blocks used, queue lengths, preemptions) and the final outputs,
+    driven through ``decode_step()`` whenever it accepts the step (``fast``) or never."""
+    by_id: dict[Hashable, Req] = {i: r for i, r in enumerate(reqs)}
+    sample = sampler(by_id)
+
+    def sample_many(seq: Sequence, k: int) -> list[int]:
+        out = []
+        for _ in range(k):  # the tokens sample() would give at the next k positions
+            out.append(sample(seq))
+            seq.output.append(out[-1])
+        del seq.output[-k:]
+        return out
+
+    sched = Scheduler(
+        num_blocks, block_size, max_seqs, budget, sample, None, sample_many=sample_many
+    )
+    pending = sorted(by_id.items(), key=lambda kv: (kv[1].arrive_step, kv[0]))
+    added: list[Sequence] = []
+    trace: list[tuple[object, ...]] = []
+    t = 0
+    limit = 50 + 4 * sum(r.prompt_len + r.max_tokens for r in reqs) * (1 + len(reqs))
+    while pending or sched.has_work():
+        assert t < limit, "no progress"
+        while pending and pending[0][1].arrive_step <= t:
+            i, r = pending.pop(0)
+            added.append(Sequence(i, r.prompt_len, r.max_tokens))
+            sched.add(added[-1])
+        num_seqs, _ = sched.decode_step() if fast else (0, 0)
+        plan = {s.seq_id: 1 for s in sched.running} if num_seqs else sched.schedule()
+        trace.append(
+            (plan, sched.blocks_used, len(sched.running), len(sched.waiting), sched.num_preemptions)
+        )
+        if not num_seqs:
+            sched.update()
+        t += 1
+    return trace, {s.seq_id: s.output for s in added}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario())
+def test_deferred_decode_steps_equal_scheduled_ones(
+    case: tuple[list[Req], int, int, int, int],
+) -> None:
+    reqs, num_blocks, block_size, budget, max_seqs = case
+    reqs = [Req(r.arrive_step, r.prompt_len, r.max_tokens, None) for r in reqs]  # no EOS
+    slow = trace_run(reqs, num_blocks, block_size, budget, max_seqs, fast=False)
+    fast = trace_run(reqs, num_blocks, block_size, budget, max_seqs, fast=True)
+    assert fast == slow
+
+
+def test_decode_steps_are_deferred_and_settled_exactly() -> None:
+    sched = Scheduler(
+        100,
+        4,
+        8,
+        64,
+        lambda s: len(s.output),
+        None,
+        sample_many=lambda s, k: list(range(len(s.output), len(s.output) + k)),
+    )
+    for i in range(3):
+        sched.add(Sequence(i, 5, 10))
+    sched.schedule()
+    sched.update()
+    assert sched.decode_step() == (3, 15)  # 3 sequences, 5 tokens each in KV
+    assert sched.decode_step() == (3, 18)
+    assert sched.running[0].num_computed == 5  # deferred until the next schedule()
+    assert sched.blocks_used == 3 * 2  # but blocks are taken at once: 7 tokens need 2 blocks
+    assert sched.schedule() == {0: 1, 1: 1, 2: 1}
+    assert [s.num_computed for s in sched.running] == [7, 7, 7]
+    assert sched.running[0].output == [0, 1, 2]
+    sched.update()
+    # EOS can only be seen by sampling, so a scheduler with one never defers
+    eos = Scheduler(100, 4, 8, 64, lambda s: 0, 7, sample_many=lambda s, k: [0] * k)
+    eos.add(Sequence("x", 5, 10))
+    eos.schedule()
+    eos.update()
+    assert eos.decode_step() == (0, 0)
