@@ -117,8 +117,13 @@ def run_sweep(
     points = grid_points(grid)
     jobs = jobs or os.cpu_count() or 1
     rows: dict[int, dict[str, Any]] = {}
+    # disable=None: tqdm shows itself only on a terminal
     bar = tqdm(
-        total=len(points), desc="sweep", unit="run", file=sys.stderr, disable=progress is False
+        total=len(points),
+        desc="sweep",
+        unit="run",
+        file=sys.stderr,
+        disable=None if progress is None else not progress,
     )
 
     def record(point: GridPoint, summary: dict[str, Any] | None, error: str | None) -> None:
