@@ -115,6 +115,21 @@ def full_run(scenario: dict[str, Any], out: Path) -> tuple[float, int, float]:
     return wall, int(result.summary["num_steps"]), float(result.steps["num_seqs"].mean())
 
 
+def time_cli(scenario: dict[str, Any]) -> float:
+    """Wall time of the whole ``servesim run`` process (start-up, imports, writing, no plots)."""
+    import tempfile
+
+    import yaml
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.yaml"
+        path.write_text(yaml.safe_dump(scenario))
+        cmd = [sys.executable, "-m", "simulator", "run", str(path), "--out", f"{tmp}/out"]
+        start = time.perf_counter()
+        subprocess.run([*cmd, "--no-plots"], check=True, capture_output=True)
+        return time.perf_counter() - start
+
+
 def one(case: str, what: str) -> None:
     """Child process: run one measurement and print it as JSON."""
     scenario = CASES[case]
@@ -149,6 +164,7 @@ def main() -> None:
                     check=True,
                 )
                 res[what].append(json.loads(proc.stdout))
+        cli = min(time_cli(CASES[case]) for _ in range(args.repeat))
         bare = min(r["wall_s"] for r in res["bare"])
         full = min(res["full"], key=lambda r: r["wall_s"])
         steps = full["steps"]
@@ -157,7 +173,8 @@ def main() -> None:
             f"({steps / bare:,.0f} steps/s) | servesim run {full['wall_s']:.2f} s "
             f"({steps / full['wall_s']:,.0f} steps/s) | ratio {full['wall_s'] / bare:.2f}x | "
             f"mean batch {full['mean_batch']:.1f} seqs | peak RSS {full['maxrss_mib']:.0f} MiB "
-            f"(bare loop {min(r['maxrss_mib'] for r in res['bare']):.0f} MiB)"
+            f"(bare loop {min(r['maxrss_mib'] for r in res['bare']):.0f} MiB) | "
+            f"whole CLI process {cli:.2f} s"
         )
 
 

@@ -325,30 +325,55 @@ class Simulation:
 
 
 def token_times(
-    ids: np.ndarray, per_step: np.ndarray, step_ends: np.ndarray, n: int
+    ids: np.ndarray, per_step: np.ndarray, step_ends: np.ndarray, n: int, chunk: int = 1 << 18
 ) -> tuple[np.ndarray, np.ndarray]:
     """From the request of every sampled token (in time order) and how many tokens each step
     sampled: each request's first token time (NaN if none) and every gap between a request's
-    consecutive tokens (ITL). Works on 4-byte indices: this is the run's largest array."""
+    consecutive tokens (ITL, in no particular order).
+
+    Tokens are the run's largest array, so they are taken ``chunk`` at a time, carrying each
+    request's last token time across chunks: memory stays bounded whatever the run's length."""
     first = np.full(n, np.nan)
-    if ids.size == 0:
-        return first, np.empty(0)
-    order = np.argsort(ids, kind="stable")  # stable: each request's tokens stay in time order
-    sorted_ids = ids[order]
-    step_of = np.repeat(np.arange(len(per_step), dtype=np.int32), per_step)[order]
-    del order
-    same = sorted_ids[1:] == sorted_ids[:-1]
-    starts = np.flatnonzero(np.concatenate(([True], ~same)))
-    first[sorted_ids[starts]] = step_ends[step_of[starts]]
-    del sorted_ids, starts
-    gaps = step_ends[step_of[1:][same]] - step_ends[step_of[:-1][same]]
+    last = np.full(n, np.nan)
+    num_gaps = len(ids) - int(np.count_nonzero(token_counts(ids, n, chunk)))
+    gaps = np.empty(num_gaps)
+    filled = 0
+    tokens_through_step = np.cumsum(per_step)
+    for lo in range(0, len(ids), chunk):
+        hi = min(lo + chunk, len(ids))
+        step_of = np.searchsorted(tokens_through_step, np.arange(lo, hi), side="right")
+        order = np.argsort(ids[lo:hi], kind="stable")  # stable: time order within a request
+        rid, t = ids[lo:hi][order], step_ends[step_of][order]
+        del step_of, order
+        same = rid[1:] == rid[:-1]
+        heads = np.flatnonzero(np.concatenate(([True], ~same)))  # a request's first in chunk
+        tails = np.flatnonzero(np.concatenate((~same, [True])))  # and its last
+        inner = t[1:][same] - t[:-1][same]
+        prev = last[rid[heads]]
+        seen = ~np.isnan(prev)
+        across = t[heads][seen] - prev[seen]
+        for part in (across, inner):
+            gaps[filled : filled + len(part)] = part
+            filled += len(part)
+        fresh = heads[~seen]
+        first[rid[fresh]] = t[fresh]
+        last[rid[tails]] = t[tails]
+    assert filled == num_gaps
     return first, gaps
+
+
+def token_counts(ids: np.ndarray, n: int, chunk: int = 1 << 18) -> np.ndarray:
+    """Tokens sampled per request (bincount a chunk at a time: it would widen all ids at once)."""
+    counts = np.zeros(n, dtype=np.int64)
+    for lo in range(0, len(ids), chunk):
+        counts += np.bincount(ids[lo : lo + chunk], minlength=n)
+    return counts
 
 
 def _check_token_counts(ids: np.ndarray, output_len: np.ndarray, rejected: list[int]) -> None:
     """Every finished request sampled exactly ``output_len`` tokens: a preemption that redid
     a sample (instead of recomputing KV only) would show up here, whatever the tokens."""
-    counts = np.bincount(ids, minlength=len(output_len))
+    counts = token_counts(ids, len(output_len))
     want = np.asarray(output_len, dtype=np.int64).copy()
     want[rejected] = 0
     bad = np.flatnonzero(counts != want)

@@ -24,7 +24,6 @@ import numpy as np
 import yaml
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from scipy.optimize import least_squares, nnls
 
 from simulator.batch import Batch
 from simulator.errors import InputError
@@ -227,6 +226,8 @@ def _log_start(a: Array) -> Array:
     ``x >= 0``. A log ratio punishes 10x too high and 10x too low alike, where a relative error
     would let one absurdly low measurement drag every prediction down (an under-prediction can
     cost at most 100%, an over-prediction without bound)."""
+    from scipy.optimize import least_squares, nnls  # here: a simulation never fits
+
     x0, _ = nnls(a, np.ones(a.shape[0]), maxiter=50 * a.shape[1])
     x0 = np.maximum(x0, 1e-3 * max(float(np.max(x0)), 1e-12))
 
@@ -242,6 +243,8 @@ def _log_start(a: Array) -> Array:
 
 def _wnnls(a: Array, w: Array) -> Array:
     """Non-negative least squares of ``a @ x ~ 1`` with row weights ``w``."""
+    from scipy.optimize import nnls
+
     sw = np.sqrt(w)
     x, _ = nnls(a * sw[:, None], sw, maxiter=50 * a.shape[1])
     return np.asarray(x, dtype=float)

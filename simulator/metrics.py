@@ -97,11 +97,11 @@ def build_steps(
     running/waiting are counted at the step's start, before scheduling."""
     cols: dict[str, Any] = {
         "step": np.arange(len(times), dtype=np.int64),
-        "start_s": times[:, 0].copy(),
-        "duration_s": times[:, 1].copy(),
+        "start_s": times[:, 0],
+        "duration_s": times[:, 1],
     }
     for j, name in enumerate(int_fields):
-        cols[name] = ints[:, j].copy()
+        cols[name] = ints[:, j]
     cols["kv_utilization"] = cols["blocks_used"] / float(num_blocks)
     return pd.DataFrame(cols, columns=STEP_COLUMNS)
 
@@ -122,9 +122,18 @@ def meets_slo(requests: pd.DataFrame, slo: dict[str, float | None]) -> np.ndarra
 
 
 def _stats(prefix: str, values: np.ndarray) -> dict[str, float]:
-    values = values[~np.isnan(values)]
+    """Mean and percentiles of the non-NaN values; reorders ``values`` in place when it is
+    a private array (the ITL gaps are the run's largest: no copy of them is made)."""
+    nan = np.isnan(values)
+    private = not nan.any() and values.flags.writeable and values.base is None
+    if not private:
+        values = values[~nan]  # a fresh copy, ours to reorder
     out = {f"{prefix}_mean_s": float(values.mean()) if values.size else float("nan")}
-    pct = np.percentile(values, PERCENTILES) if values.size else [float("nan")] * len(PERCENTILES)
+    pct = (
+        np.percentile(values, PERCENTILES, overwrite_input=True)
+        if values.size
+        else [float("nan")] * len(PERCENTILES)
+    )
     for p, v in zip(PERCENTILES, pct, strict=True):
         out[f"{prefix}_p{p}_s"] = float(v)
     return out

@@ -226,3 +226,26 @@ def test_deferred_decode_windows_change_nothing(over: dict[str, Any]) -> None:
     np.testing.assert_array_equal(fast.checksums, slow.checksums)
     decodes_only = (fast.steps["num_decode_seqs"] == fast.steps["num_seqs"]).mean()
     assert decodes_only > 0.3  # the fast path had work to do
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 100, 1 << 18])
+def test_token_times_match_a_plain_replay_whatever_the_chunk(chunk: int) -> None:
+    from simulator.engine import token_times
+
+    rng = np.random.default_rng(0)
+    n, num_steps = 50, 400
+    per_step = rng.integers(0, 6, num_steps).astype(np.int32)
+    ends = np.cumsum(rng.random(num_steps))
+    ids = np.concatenate([rng.choice(n, k, replace=False) for k in per_step]).astype(np.int32)
+    first_ref = np.full(n, np.nan)
+    last: dict[int, float] = {}
+    gaps_ref = []
+    for i, t in zip(ids.tolist(), np.repeat(ends, per_step).tolist(), strict=True):
+        if i in last:
+            gaps_ref.append(t - last[i])
+        else:
+            first_ref[i] = t
+        last[i] = t
+    first, gaps = token_times(ids, per_step, ends, n, chunk=chunk)
+    np.testing.assert_array_equal(first, first_ref)
+    np.testing.assert_array_equal(np.sort(gaps), np.sort(gaps_ref))
