@@ -12,21 +12,26 @@ import time
 from simulator.scheduler import Scheduler, Sequence
 
 
-def bench(num_seqs: int, steps: int, prompt_len: int, block_size: int) -> float:
-    """Steps/s of schedule()+update() with ``num_seqs`` sequences decoding for ``steps`` steps."""
+def bench(num_seqs: int, steps: int, prompt_len: int, block_size: int, deferred: bool) -> float:
+    """Steps/s of ``num_seqs`` sequences decoding for ``steps`` steps, through
+    schedule()+update() or, with ``deferred``, decode_step() (settled by one final schedule())."""
     sched = Scheduler(
         num_blocks=num_seqs * ((prompt_len + steps) // block_size + 2),
         block_size=block_size,
         max_num_seqs=num_seqs,
         max_num_batched_tokens=max(num_seqs * prompt_len, 8192),
         sample_fn=lambda seq: 1,
+        sample_many=lambda seq, k: [1] * k,
     )
     for i in range(num_seqs):
         sched.add(Sequence(i, prompt_len, steps + 2))
     sched.schedule()  # the prefill step, not timed
     sched.update()
     start = time.perf_counter()
-    for _ in range(steps):
+    if deferred:
+        for _ in range(steps - 1):
+            assert sched.decode_step()[0] == num_seqs
+    for _ in range(1 if deferred else steps):
         sched.schedule()
         sched.update()
     elapsed = time.perf_counter() - start
@@ -40,9 +45,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000)
     args = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()} ({platform.processor()})")
-    for n in (1, 32, 256):
-        rate = max(bench(n, args.steps, 512, 16) for _ in range(3))
-        print(f"{n:4d} running sequences: {rate:10,.0f} steps/s  ({rate * n:12,.0f} seq-steps/s)")
+    for deferred in (False, True):
+        print("decode_step() + one settle" if deferred else "schedule() + update()")
+        for n in (1, 32, 256):
+            rate = max(bench(n, args.steps, 512, 16, deferred) for _ in range(3))
+            print(f"  {n:4d} running: {rate:12,.0f} steps/s  ({rate * n:13,.0f} seq-steps/s)")
 
 
 if __name__ == "__main__":
