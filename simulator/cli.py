@@ -52,7 +52,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         default_out_dir,
         resolve,
         run,
-        warn_rejections,
         write_result,
     )
 
@@ -62,7 +61,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = run(cfg, progress=None if not args.progress else True)
     with atomic_dir(out, args.overwrite) as tmp:
         write_result(result, tmp, plots=not args.no_plots, fmt=args.format)
-    warn_rejections(result)
     print(f"{cfg.name}: results in {out}")
     print(format_summary(result.summary))
     return 0

@@ -103,6 +103,7 @@ def run(
             fast_decode=fast_decode,
         )
         result = sim.run()
+    warn_rejections(result)
     result.scenario = cfg
     result.extras = {
         "wall_time_s": time.perf_counter() - started,

@@ -249,3 +249,24 @@ def test_token_times_match_a_plain_replay_whatever_the_chunk(chunk: int) -> None
     first, gaps = token_times(ids, per_step, ends, n, chunk=chunk)
     np.testing.assert_array_equal(first, first_ref)
     np.testing.assert_array_equal(np.sort(gaps), np.sort(gaps_ref))
+
+
+def test_rejections_are_warned_about_once(capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = scenario(
+        scheduler={
+            "max_num_batched_tokens": 64,
+            "max_num_seqs": 4,
+            "num_blocks": 4,
+            "block_size": 4,
+        },
+        workload={
+            "num_requests": 30,
+            "arrival": {"process": "constant", "rate": 10},
+            "prompt_len": {"dist": "uniform", "low": 1, "high": 40},
+            "output_len": {"dist": "fixed", "value": 2},
+        },
+    )
+    result = simulator.run(cfg)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert result.summary["num_rejected"] > 1
+    assert len(err) == 1 and f"{result.summary['num_rejected']} request(s) rejected" in err[0]
