@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import yaml
 from numpy.typing import NDArray
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simulator.batch import Batch
 from simulator.errors import InputError
-from simulator.presets import HardwareSpec, ModelSpec, configs_dir
+from simulator.presets import HardwareSpec, ModelSpec, configs_dir, load_yaml_model
 
 __all__ = [
     "FEATURES",
@@ -474,29 +473,9 @@ def resolve_fitted_path(name_or_path: str) -> Path:
     raise InputError(f"unknown fitted preset {name_or_path!r}; known: {known}")
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def load_preset(name_or_path: str) -> FittedPreset:
     """Read and validate a fitted preset; any problem -> ``InputError`` naming the file."""
-    path = resolve_fitted_path(name_or_path)
-    try:
-        data: Any = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: invalid YAML: {_one_line(str(exc))}") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping of fields, got {type(data).__name__}")
-    try:
-        return FittedPreset.model_validate(data)
-    except ValidationError as exc:
-        parts = [
-            f"field {'.'.join(str(x) for x in e['loc']) or '(top level)'!r}: {_one_line(e['msg'])}"
-            for e in exc.errors()
-        ]
-        raise InputError(f"{path}: " + "; ".join(parts)) from None
+    return load_yaml_model(resolve_fitted_path(name_or_path), FittedPreset)
 
 
 def load_fitted(cfg: FittedCostConfig) -> FittedCostModel:

@@ -199,7 +199,9 @@ def _format_validation(path: Path, err: ValidationError) -> str:
     return f"{path}: " + "; ".join(parts)
 
 
-def _load_yaml_model(path: Path, cls: type[_M]) -> _M:
+def load_yaml_model(path: Path, cls: type[_M]) -> _M:
+    """Read a YAML mapping and validate it as ``cls``; any problem -> ``InputError`` naming the
+    file and the field."""
     try:
         data: Any = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -216,12 +218,12 @@ def _load_yaml_model(path: Path, cls: type[_M]) -> _M:
 
 def load_model(name_or_path: str) -> ModelSpec:
     """Model shape from a preset name (``configs/models/<name>.yaml``) or a YAML path."""
-    return _load_yaml_model(_resolve("models", name_or_path), ModelSpec)
+    return load_yaml_model(_resolve("models", name_or_path), ModelSpec)
 
 
 def load_hardware(name_or_path: str) -> HardwareSpec:
     """GPU spec from a preset name (``configs/hardware/<name>.yaml``) or a YAML path."""
-    return _load_yaml_model(_resolve("hardware", name_or_path), HardwareSpec)
+    return load_yaml_model(_resolve("hardware", name_or_path), HardwareSpec)
 
 
 def derive_num_blocks(

@@ -38,8 +38,8 @@ from simulator.fitted import (
     uniform_features,
 )
 from simulator.presets import load_hardware, load_model
+from tests.paths import DATA
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SPLITWISE = DATA / "splitwise_perf_model.csv"
 VIDUR_A100_L2 = DATA / "vidur_a100_llama2-7b_mlp.csv"
 

@@ -22,8 +22,8 @@ from simulator.cost_model import (
 )
 from simulator.errors import InputError
 from simulator.fitted import FittedCostConfig
+from tests.paths import DATA
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 CONFIG = TypeAdapter(CostModelConfig)
 
 

@@ -11,9 +11,8 @@ import pytest
 import yaml
 
 from simulator.cli import main
+from tests.paths import DATA, ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
 GOLDEN = Path(__file__).with_name("golden")
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 # The public originals' file names (as the scenarios' comments say to save them) -> our copies.

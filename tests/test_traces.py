@@ -16,8 +16,8 @@ from simulator.traces import (
     read_mooncake,
     read_trace,
 )
+from tests.paths import DATA
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
 

@@ -20,8 +20,8 @@ from simulator.workload import (
     generate,
     sample_lengths,
 )
+from tests.paths import DATA
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SHAREGPT = DATA / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
 N = 20_000
 LENGTH = TypeAdapter(LengthConfig)
