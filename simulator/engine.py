@@ -10,6 +10,11 @@ Timing rules (also in docs/metrics.md):
   deterministic; the arrival is then either in that step's ``update()`` window (harmless: it is
   not in the plan) or before the next ``schedule()`` -- either way it is seen by the next step.
 - An idle server sleeps on an event that the next arrival triggers: no polling, no ticks.
+- Plain decode steps (every running sequence decodes one token and nothing else can happen:
+  no admission, preemption or finish) are taken through ``Scheduler.decode_step()`` in O(1)
+  each, back to back under one simpy timeout until the next arrival could change a decision.
+  Every step still gets its own row, and the results are identical to stepping one by one
+  (``Simulation(fast_decode=False)``; the tests compare the two).
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ def _sample(seq: Sequence) -> int:
 def _sample_many(seq: Sequence, k: int) -> list[int]:
     """The next ``k`` tokens ``_sample`` would give, in one go (for deferred decode steps)."""
     base, p = seq.seq_id * 1_000_003 + 17, len(seq.output)  # type: ignore[operator]
-    # token_for() inlined: this list is the engine's only per-token Python work
+    # token_for() inlined: a list of these is built per sequence when deferred steps settle
     return [(base + q * 7_919) % 32_000 + 1 for q in range(p, p + k)]
 
 
