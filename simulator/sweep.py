@@ -184,6 +184,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_out_dir(out, args.overwrite)
     if args.jobs < 0:
         raise InputError(f"--jobs {args.jobs}: must be >= 0 (0 = all cores)")
+    _check_some_point_is_valid(base, grid, args.scenario)
     with atomic_dir(out, args.overwrite) as tmp:
         table = run_sweep(
             base,
@@ -205,6 +206,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"{name}: {len(table) - len(failed)} of {len(table)} runs ok; results in {out}")
     print(_sweep_table(table, list(grid)))
     return 1 if len(failed) == len(table) else 0
+
+
+def _check_some_point_is_valid(base: dict[str, Any], grid: dict[str, list[Any]], src: str) -> None:
+    """A grid whose every point is invalid (a misspelt key, say) is bad input, not a sweep of
+    failures: say why in one line before anything runs or is written."""
+    first: InputError | None = None
+    for point in grid_points(grid):
+        try:
+            validate(apply_overrides(base, point.values, src), f"{src} [{point.name}]")
+        except InputError as err:
+            first = first or err
+        else:
+            return
+    assert first is not None
+    raise InputError(f"every grid point is invalid, e.g. {first}")
 
 
 def _stamp() -> str:

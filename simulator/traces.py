@@ -185,7 +185,11 @@ def _hint(frame: pd.DataFrame) -> str:
 def _existing(path: str | Path) -> Path:
     file = Path(path)
     if not file.is_file():
-        raise InputError(f"{path}: file not found")
+        # the public traces are not shipped; the README says where each one comes from
+        raise InputError(
+            f"{path}: file not found (relative to {Path.cwd()}; "
+            "README.md 'Real traces' says where to download the public traces)"
+        )
     return file
 
 

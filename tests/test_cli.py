@@ -211,3 +211,14 @@ def test_plot_redraws_run_and_sweep_folders(scenario_file: Path, tmp_path: Path)
     assert main(["plot", str(sweep_dir)]) == 0
     assert list((sweep_dir / "plots").glob("*.png"))
     assert main(["plot", str(tmp_path / "nothing")]) == 2
+
+
+def test_a_grid_of_only_invalid_points_is_bad_input(
+    scenario_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "never"
+    argv = ["sweep", str(scenario_file), "--grid", "scheduler.max_num_seq=4,8", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "scheduler.max_num_seq" in err[0]
+    assert not out.exists()
