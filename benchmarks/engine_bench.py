@@ -93,6 +93,8 @@ def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
         num_seqs, _ = sched.decode_step()  # the scheduler's own fast path for plain decodes
         if num_seqs:
             now += base + (per_tok + per_seq) * num_seqs
+            sched.finish_decode_step()
+            sched.finished.clear()
             continue
         plan = sched.schedule()
         now += base + per_tok * sum(plan.values()) + per_seq * len(plan)

@@ -67,9 +67,10 @@ def _sample(seq: Sequence) -> int:
 
 def _sample_many(seq: Sequence, k: int) -> list[int]:
     """The next ``k`` tokens ``_sample`` would give, in one go (for deferred decode steps)."""
-    base, p = seq.seq_id * 1_000_003 + 17, len(seq.output)  # type: ignore[operator]
-    # token_for() inlined: a list of these is built per sequence when deferred steps settle
-    return [(base + q * 7_919) % 32_000 + 1 for q in range(p, p + k)]
+    # token_for() inlined, its linear part stepped by range() in C: one of these lists is
+    # built per sequence each time deferred steps settle
+    first = seq.seq_id * 1_000_003 + 17 + len(seq.output) * 7_919  # type: ignore[operator]
+    return [x % 32_000 + 1 for x in range(first, first + k * 7_919, 7_919)]
 
 
 @dataclass
@@ -182,10 +183,9 @@ class Simulation:
 
     def _server(self) -> simpy.events.ProcessGenerator:
         env, sched, rec, cost = self.env, self.scheduler, self._rec, self.cost_model
-        first_sched, finish, checksum = rec.first_scheduled, rec.finish, rec.checksum
+        first_sched = rec.first_scheduled
         step_times, step_ints = rec.step_times, rec.step_ints
         sampled_ids, sampled_per_step = rec.sampled_ids, rec.sampled_per_step
-        progress = self.progress
         decode_time = self._decode_time
         while True:
             if not sched.has_work():
@@ -197,7 +197,7 @@ class Simulation:
                 continue
             num_running, num_waiting = len(sched.running), len(sched.waiting)
             if decode_time is not None:
-                num_seqs = yield from self._decode_window(decode_time, num_running, num_waiting)
+                num_seqs = yield from self._decode_window(decode_time)
                 if num_seqs:
                     continue
             preempted_before = sched.num_preemptions
@@ -223,16 +223,7 @@ class Simulation:
             sampled_ids.extend([seq.seq_id for seq in sampled])  # type: ignore[misc]
             sampled_per_step.append(len(sampled))
             if done:
-                end = env.now
-                for seq in done:
-                    i = _index(seq)
-                    finish[i] = end
-                    rec.num_preemptions[i] = seq.num_preemptions
-                    checksum[i] = hash(tuple(seq.output))
-                    seq.output = []  # memory stays O(requests): no tokens kept after the end
-                sched.finished.clear()
-                if progress is not None:
-                    progress(len(done))
+                self._retire(done, env.now)
             num_tokens = sum(new_tokens)
             decodes = new_tokens.count(1)
             step_times.extend((now, duration))
@@ -249,8 +240,22 @@ class Simulation:
                 )
             )
 
+    def _retire(self, done: list[Sequence], end: float) -> None:
+        """Record the requests that finished in the step ending at ``end``, and drop their
+        tokens: memory stays proportional to requests, not tokens."""
+        rec = self._rec
+        for seq in done:
+            i = _index(seq)
+            rec.finish[i] = end
+            rec.num_preemptions[i] = seq.num_preemptions
+            rec.checksum[i] = hash(tuple(seq.output))
+            seq.output = []
+        self.scheduler.finished.clear()
+        if self.progress is not None:
+            self.progress(len(done))
+
     def _decode_window(
-        self, decode_time: Callable[[int, int], float], num_running: int, num_waiting: int
+        self, decode_time: Callable[[int, int], float]
     ) -> Generator[simpy.Event, Any, int]:
         """Run the plain decode steps the scheduler accepts, back to back, under as few simpy
         timeouts as exactness allows; return how many steps ran (0: none was plain).
@@ -264,6 +269,7 @@ class Simulation:
         start = end = env.now
         ids: list[int] = []
         while end < self._next_arrival or not steps:
+            num_running, num_waiting = len(sched.running), len(sched.waiting)
             num_seqs, kv_tokens = sched.decode_step()
             if not num_seqs:
                 break
@@ -280,6 +286,10 @@ class Simulation:
             rec.sampled_per_step.append(num_seqs)
             steps += 1
             new_end = end + duration
+            done = sched.finish_decode_step()
+            if done:
+                self._retire(done, new_end)
+                ids = []  # the batch shrank
             if start + (new_end - start) != new_end:
                 yield env.timeout(end - start)  # lands exactly on ``end``, checked last round
                 start = end

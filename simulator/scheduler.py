@@ -57,6 +57,7 @@ class Scheduler:
         """Sequences that sampled a token in the last ``update()``, in plan order."""
         self._all_decoding = False  # every running sequence sampled in the last update()
         self._run: _DecodeRun | None = None
+        self._finishing: list[Sequence] = []  # retired by finish_decode_step()
 
     # -- admission -------------------------------------------------------------------------
 
@@ -195,9 +196,12 @@ class Scheduler:
 
     def decode_step(self) -> tuple[int, int]:
         """Take the next step as a deferred decode of every running sequence, if the spec
-        would plan exactly that (nobody admitted, preempted or finished): return the number
-        of sequences and their context tokens before the step; else ``(0, 0)``, and the step
-        must go through ``schedule()`` and ``update()``."""
+        would plan exactly that (nobody admitted or preempted): return the number of
+        sequences and their context tokens before the step; else ``(0, 0)``, and the step
+        must go through ``schedule()`` and ``update()``. ``finish_decode_step()`` is then the
+        step's ``update()``: it retires the sequences that sampled their last token."""
+        if self._finishing:  # the caller skipped finish_decode_step(): do it for them
+            self.finish_decode_step()
         run = self._run
         if run is None:
             if not self._all_decoding or self.sample_many is None or self.eos_token_id is not None:
@@ -206,9 +210,9 @@ class Scheduler:
             if run is None:
                 return 0, 0
             self._run = run
-        t = run.steps + 1
-        if t >= run.min_left:  # somebody samples its last token in this step
+        if not run.num_seqs:  # everybody finished: the next step admits or the server idles
             return 0, 0
+        t = run.steps + 1
         grow = run.crossing[(1 - t) % self.block_size]
         used = self.blocks_used + grow
         if used > self.num_blocks:  # a sequence needs a block that is not free: preemption
@@ -217,7 +221,31 @@ class Scheduler:
             return 0, 0
         self.blocks_used = used
         run.steps = t
+        self._finishing = run.finish_at.pop(t, [])
         return run.num_seqs, run.context + run.num_seqs * (t - 1)
+
+    def finish_decode_step(self) -> list[Sequence]:
+        """The ``update()`` of a deferred decode step: settle and retire the sequences that
+        sampled their last token in it (in plan order); return them."""
+        if not self._finishing:
+            return []
+        done, self._finishing = self._finishing, []
+        run = self._run
+        assert run is not None and self.sample_many is not None
+        for seq in done:
+            c = seq.num_computed  # still its value when the run started
+            seq.output.extend(self.sample_many(seq, run.steps))
+            seq.num_computed += run.steps
+            seq.num_tokens += run.steps
+            self.blocks_used -= self.blocks_for(seq.num_computed)
+            seq.num_blocks = 0
+            seq.status = SequenceStatus.FINISHED
+            self.running.remove(seq)
+            self.finished.append(seq)
+            run.num_seqs -= 1
+            run.context -= c
+            run.crossing[c % self.block_size] -= 1
+        return done
 
     def _admissible(self, head: Sequence, num_running: int, used: int) -> bool:
         """Whether phase 2 would admit ``head`` after a full decode of ``num_running``."""
@@ -230,6 +258,7 @@ class Scheduler:
 
     def _settle(self) -> None:
         """Apply the deferred decode steps to every sequence (blocks_used is kept eagerly)."""
+        self.finish_decode_step()
         run, self._run = self._run, None
         if run is None or not run.steps:
             return
@@ -255,12 +284,18 @@ class Scheduler:
 class _DecodeRun:
     """The running batch frozen at the start of a stretch of deferred decode steps."""
 
-    __slots__ = ("num_seqs", "context", "min_left", "crossing", "steps")
+    __slots__ = ("num_seqs", "context", "finish_at", "crossing", "steps")
 
-    def __init__(self, num_seqs: int, context: int, min_left: int, crossing: list[int]) -> None:
+    def __init__(
+        self,
+        num_seqs: int,
+        context: int,
+        finish_at: dict[int, list[Sequence]],
+        crossing: list[int],
+    ) -> None:
         self.num_seqs = num_seqs
         self.context = context  # tokens in KV over the batch before the first deferred step
-        self.min_left = min_left  # steps until the first sequence samples its last token
+        self.finish_at = finish_at  # [t]: sequences that sample their last token in step t
         self.crossing = crossing  # [r]: sequences whose num_computed % block_size == r
         self.steps = 0
 
@@ -272,12 +307,10 @@ class _DecodeRun:
             return None
         crossing = [0] * sched.block_size
         context = 0
-        min_left = running[0].max_tokens
+        finish_at: dict[int, list[Sequence]] = {}
         for seq in running:
             c = seq.num_computed
             context += c
             crossing[c % sched.block_size] += 1
-            left = seq.max_tokens - len(seq.output)
-            if left < min_left:
-                min_left = left
-        return cls(len(running), context, min_left, crossing)
+            finish_at.setdefault(seq.max_tokens - len(seq.output), []).append(seq)
+        return cls(len(running), context, finish_at, crossing)

@@ -160,13 +160,15 @@ def trace_run(
             i, r = pending.pop(0)
             added.append(Sequence(i, r.prompt_len, r.max_tokens))
             sched.add(added[-1])
-        num_seqs, _ = sched.decode_step() if fast else (0, 0)
-        plan = {s.seq_id: 1 for s in sched.running} if num_seqs else sched.schedule()
-        trace.append(
-            (plan, sched.blocks_used, len(sched.running), len(sched.waiting), sched.num_preemptions)
-        )
-        if not num_seqs:
-            sched.update()
+        batch = [s.seq_id for s in sched.running]
+        num_seqs, context = sched.decode_step() if fast else (0, 0)
+        plan = dict.fromkeys(batch, 1) if num_seqs else sched.schedule()
+        if not num_seqs:  # the KV tokens the step's sequences hold before it
+            context = sum(s.num_computed for s in sched.planned)
+        trace.append((plan, context, sched.blocks_used, len(sched.running), len(sched.waiting)))
+        trace.append((sched.num_preemptions,))
+        done = sched.finish_decode_step() if num_seqs else sched.update()
+        trace.append(tuple(s.seq_id for s in done))
         t += 1
     return trace, {s.seq_id: s.output for s in added}
 
