@@ -10,8 +10,8 @@ Timing rules (also in docs/metrics.md):
   deterministic; the arrival is then either in that step's ``update()`` window (harmless: it is
   not in the plan) or before the next ``schedule()`` -- either way it is seen by the next step.
 - An idle server sleeps on an event that the next arrival triggers: no polling, no ticks.
-- Plain decode steps (every running sequence decodes one token and nothing else can happen:
-  no admission, preemption or finish) are taken through ``Scheduler.decode_step()`` in O(1)
+- Plain decode steps (every running sequence decodes one token, nobody can be admitted or
+  preempted; some may finish) are taken through ``Scheduler.decode_step()`` in O(1)
   each, back to back under one simpy timeout until the next arrival could change a decision.
   Every step still gets its own row, and the results are identical to stepping one by one
   (``Simulation(fast_decode=False)``; the tests compare the two).
