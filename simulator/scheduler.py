@@ -271,11 +271,6 @@ class Scheduler:
             seq.num_tokens += k
             seq.num_blocks = self.blocks_for(seq.num_computed)
 
-    @property
-    def scheduled(self) -> dict[Hashable, int]:
-        """The plan of the step in flight (empty between ``update()`` and ``schedule()``)."""
-        return self._scheduled
-
     def has_work(self) -> bool:
         """Whether any sequence is waiting or running."""
         return bool(self.waiting or self.running)

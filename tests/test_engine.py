@@ -270,3 +270,15 @@ def test_rejections_are_warned_about_once(capsys: pytest.CaptureFixture[str]) ->
     err = capsys.readouterr().err.strip().splitlines()
     assert result.summary["num_rejected"] > 1
     assert len(err) == 1 and f"{result.summary['num_rejected']} request(s) rejected" in err[0]
+
+
+def test_the_inlined_samplers_give_token_for() -> None:
+    from simulator.engine import _sample, _sample_many, token_for
+    from simulator.sequence import Sequence
+
+    for rid in (0, 1, 4_321, 10**6):
+        seq = Sequence(rid, 3, 100)
+        seq.output = [7] * 5
+        assert _sample(seq) == token_for(rid, 5)
+        assert _sample_many(seq, 9) == [token_for(rid, p) for p in range(5, 14)]
+        assert _sample_many(seq, 0) == []
