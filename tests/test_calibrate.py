@@ -251,7 +251,9 @@ CURRENT_MISSES: dict[tuple[str, str], tuple[float, float]] = {
 }
 
 
-def test_splitwise_heldout_error_meets_targets_or_its_recorded_miss(splitwise_rows: pd.DataFrame) -> None:
+def test_splitwise_heldout_error_meets_targets_or_its_recorded_miss(
+    splitwise_rows: pd.DataFrame,
+) -> None:
     misses = []
     for group, meas in splitwise_rows.groupby("group"):
         first = meas.iloc[0]
