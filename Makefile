@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean
+.PHONY: demo data test lint venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -16,6 +16,11 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/servesim run scenarios/quickstart.yaml --out results/quickstart --overwrite
+
+# The public traces the *-replay scenarios read, into data/traces/ (sha256-verified; a
+# download, so neither demo nor test depends on it)
+data: $(STAMP)
+	$(BIN)/servesim fetch traces
 
 lint: $(STAMP)
 	$(BIN)/ruff check simulator tests benchmarks

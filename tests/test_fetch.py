@@ -1,0 +1,316 @@
+"""``servesim fetch``: the registry's checksums, downloads from a local mirror (file:// and a
+real HTTP server), failures that leave nothing half-written, and the command line."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from simulator.cli import main
+from simulator.datasets import (
+    BASE_URL_ENV,
+    DATASETS,
+    DEFAULT_DEST,
+    DataFile,
+    fetch,
+    file_state,
+    groups,
+    select,
+)
+from simulator.errors import InputError
+from simulator.traces import read_trace
+from tests.paths import DATA, ROOT
+
+# registry name -> our byte-exact copy of the original in ../shared/data
+COPIES = {
+    "azure-conv": "azure2023_conv.csv",
+    "azure-code": "azure2023_code.csv",
+    "mooncake-conv": "mooncake_fast25_conversation_trace.jsonl",
+    "sharegpt-lengths": "sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
+    "splitwise-perf": "splitwise_perf_model.csv",
+    "vidur-a100-llama2-7b-mlp": "vidur_a100_llama2-7b_mlp.csv",
+    "vidur-h100-llama2-7b-mlp": "vidur_h100_llama2-7b_mlp.csv",
+    "vidur-a100-llama3-8b-mlp": "vidur_a100_llama3-8b_mlp.csv",
+}
+TRACES = ["azure-conv", "azure-code", "mooncake-conv"]
+
+
+def shared_copy(name: str) -> Path:
+    """The ../shared/data copy of a registry entry; missing data fails, never skips."""
+    path = DATA / COPIES[name]
+    assert path.is_file(), f"{path} is missing: ../shared/data must sit beside the checkout"
+    return path
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def make_mirror(root: Path, names: list[str]) -> Path:
+    """A ``<root>/<repo>/<commit>/<path>`` tree holding the named files."""
+    for name in names:
+        entry = DATASETS[name]
+        target = root / entry.repo / entry.commit / entry.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shared_copy(name), target)
+    return root
+
+
+def mirrored(root: Path, entry: DataFile) -> Path:
+    return root / entry.repo / entry.commit / entry.path
+
+
+def files_under(folder: Path) -> list[Path]:
+    """Every file below ``folder``, hidden ones (temporary downloads) included."""
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_mirror(tmp_path_factory.mktemp("mirror"), list(COPIES))
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def http_mirror(mirror: Path) -> Iterator[str]:
+    """The mirror served by a real HTTP server on 127.0.0.1: its base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(mirror))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.daemon = True
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_every_entry_matches_its_shared_copy_byte_for_byte() -> None:
+    assert DATA.is_dir(), f"shared data not found at {DATA}"
+    assert set(COPIES) == set(DATASETS)
+    for name, entry in DATASETS.items():
+        copy = shared_copy(name)
+        assert entry.name == name
+        assert copy.stat().st_size == entry.size, name
+        assert sha256(copy) == entry.sha256, name
+        assert len(entry.commit) == 40 and len(entry.sha256) == 64
+
+
+def test_the_trace_scenarios_read_what_fetch_traces_writes() -> None:
+    trace_dests = {(DEFAULT_DEST / DATASETS[n].dest).as_posix() for n in TRACES}
+    read = set()
+    for path in (ROOT / "scenarios").glob("*.yaml"):
+        trace = yaml.safe_load(path.read_text())["workload"].get("trace")
+        if trace is not None:
+            read.add(trace["path"])
+            assert "servesim fetch traces" in path.read_text(), path.name
+    assert read == trace_dests
+
+
+def test_selection_by_name_group_and_all() -> None:
+    assert [e.name for e in select([])] == TRACES  # the default
+    assert [e.name for e in select(["traces"])] == TRACES
+    assert [e.name for e in select(["all"])] == list(DATASETS)
+    assert [e.name for e in select(["azure-code", "traces", "azure-code"])] == [
+        "azure-code",
+        "azure-conv",
+        "mooncake-conv",
+    ]
+    assert not set(groups()) & set(DATASETS)  # a group can never shadow a file
+    with pytest.raises(InputError, match="unknown dataset 'nope'.*azure-conv.*traces"):
+        select(["nope"])
+    entry = DATASETS["azure-conv"]
+    assert entry.url("https://mirror.example/x/") == (
+        "https://mirror.example/x/Azure/AzurePublicDataset/"
+        "b469a113cedca53ddc3bdea71a143dc4b7d8700c/data/AzureLLMInferenceTrace_conv.csv"
+    )
+
+
+def test_fetch_traces_then_again_is_up_to_date(
+    mirror: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dest = tmp_path / "data"
+    # progress=True: off a terminal (as here) tqdm hides itself
+    paths = fetch(["traces"], dest, mirror.as_uri(), progress=True)
+    assert paths == [dest / DATASETS[n].dest for n in TRACES]
+    for name, path in zip(TRACES, paths, strict=True):
+        assert sha256(path) == DATASETS[name].sha256
+        assert file_state(DATASETS[name], dest) == "verified"
+        assert path.stat().st_mode & 0o777 == 0o644
+    assert files_under(dest) == sorted(paths)  # no temporary file left
+    captured = capsys.readouterr()
+    assert captured.err == ""  # no progress bar off a terminal
+    assert captured.out.count("downloaded and verified") == 3
+
+    before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in paths}
+    assert fetch(["traces"], dest, mirror.as_uri()) == paths
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in paths} == before
+    out = capsys.readouterr().out
+    assert out.count("up to date") == 3 and "downloaded" not in out
+
+    # --force downloads again: a new file (new inode) with the same bytes
+    fetch(["azure-code"], dest, mirror.as_uri(), force=True, progress=False)
+    assert paths[1].stat().st_ino != before[paths[1]][0]
+    assert sha256(paths[1]) == DATASETS["azure-code"].sha256
+
+
+def test_fetched_azure_code_trace_is_readable(mirror: Path, tmp_path: Path) -> None:
+    (path,) = fetch(["azure-code"], tmp_path, mirror.as_uri(), progress=False)
+    workload = read_trace(path, "azure")
+    assert len(workload.arrival_s) == 8819
+    assert workload.arrival_s[0] == 0.0
+
+
+def test_a_corrupted_mirror_file_is_refused_and_nothing_is_left(tmp_path: Path) -> None:
+    entry = DATASETS["azure-code"]
+    root = make_mirror(tmp_path / "mirror", ["azure-code"])
+    blob = bytearray(mirrored(root, entry).read_bytes())
+    blob[1000] ^= 1  # same size, one bit off
+    mirrored(root, entry).write_bytes(bytes(blob))
+    dest = tmp_path / "data"
+    with pytest.raises(InputError) as err:
+        fetch(["azure-code"], dest, root.as_uri(), progress=False)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("azure-code: file://")
+    assert f"sha256 mismatch: got {hashlib.sha256(blob).hexdigest()}, expected {entry.sha256}" in (
+        message
+    )
+    assert not (dest / entry.dest).exists()
+    assert files_under(dest) == []  # no temporary file either
+
+    mirrored(root, entry).write_bytes(bytes(blob[:5000]))
+    with pytest.raises(InputError, match=r"got only 5000 bytes, expected 320117"):
+        fetch(["azure-code"], dest, root.as_uri(), progress=False)
+    mirrored(root, entry).write_bytes(bytes(blob) + b"trailing junk")
+    with pytest.raises(InputError, match=r"got more than 320117 bytes, expected 320117"):
+        fetch(["azure-code"], dest, root.as_uri(), progress=False)
+    assert files_under(dest) == []
+
+
+def test_downloads_over_http(http_mirror: str, tmp_path: Path) -> None:
+    (path,) = fetch(["splitwise-perf"], tmp_path, http_mirror, progress=False)
+    assert path == tmp_path / "profiles" / "splitwise_perf_model.csv"
+    assert sha256(path) == DATASETS["splitwise-perf"].sha256
+
+
+def test_http_404_is_one_line_naming_file_and_url(http_mirror: str, tmp_path: Path) -> None:
+    base = f"{http_mirror}/no-such-mirror"
+    with pytest.raises(InputError) as err:
+        fetch(["azure-conv"], tmp_path, base, progress=False)
+    message = str(err.value)
+    assert message == f"azure-conv: {DATASETS['azure-conv'].url(base)}: HTTP 404 File not found"
+    assert files_under(tmp_path) == []
+
+
+def test_a_wrong_existing_file_is_replaced(
+    mirror: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    entry = DATASETS["azure-code"]
+    path = tmp_path / entry.dest
+    path.parent.mkdir(parents=True)
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\nnot the trace\n")
+    assert file_state(entry, tmp_path) == "mismatch"
+    fetch(["azure-code"], tmp_path, mirror.as_uri(), progress=False)
+    assert sha256(path) == entry.sha256
+    assert "does not match its sha256, downloading it again" in capsys.readouterr().out
+
+
+def test_a_failed_download_keeps_the_existing_file(http_mirror: str, tmp_path: Path) -> None:
+    entry = DATASETS["azure-code"]
+    path = tmp_path / entry.dest
+    path.parent.mkdir(parents=True)
+    path.write_text("an older local edit\n")
+    with pytest.raises(InputError, match="HTTP 404"):
+        fetch(["azure-code"], tmp_path, f"{http_mirror}/gone", progress=False)
+    assert path.read_text() == "an older local edit\n"
+    assert files_under(tmp_path) == [path]
+
+
+def test_a_silent_server_times_out(tmp_path: Path) -> None:
+    # a listening socket nobody accepts on: the connection opens, no answer ever comes
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        base = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(InputError, match=r"^azure-code: http://.*: timed out after 0.2 s$"):
+            fetch(["azure-code"], tmp_path, base, progress=False, timeout=0.2)
+    assert files_under(tmp_path) == []
+
+
+def test_cli_list_shows_every_file_and_its_state(
+    mirror: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fetch", "--list", "--dest", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for entry in DATASETS.values():
+        assert entry.name in out and str(tmp_path / entry.dest) in out
+        assert f"{entry.repo}@{entry.commit[:7]} {entry.path}" in out
+        assert entry.license in out
+    assert out.count("missing") == len(DATASETS)
+
+    fetch(["azure-code"], tmp_path, mirror.as_uri(), progress=False)
+    capsys.readouterr()
+    assert main(["fetch", "--list", "azure-code", "--dest", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("azure")]
+    assert rows == [
+        [
+            "azure-code",
+            "0.32",
+            "MB",
+            "CC-BY-4.0",
+            "verified",
+            str(tmp_path / "traces" / "AzureLLMInferenceTrace_code.csv"),
+        ]
+    ]
+
+
+def test_cli_unknown_name_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fetch", "nope", "--dest", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip()
+    assert "\n" not in err
+    assert err.startswith("servesim: error: unknown dataset 'nope'")
+    assert all(name in err for name in DATASETS)
+    assert not tmp_path.exists() or files_under(tmp_path) == []
+
+
+def test_cli_fetch_defaults_to_traces_and_reads_the_mirror_from_the_environment(
+    mirror: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(BASE_URL_ENV, mirror.as_uri())
+    monkeypatch.chdir(tmp_path)
+    assert main(["fetch", "--no-progress"]) == 0
+    assert files_under(tmp_path) == sorted(tmp_path / "data" / DATASETS[n].dest for n in TRACES)
+    assert "3 file(s) verified under data" in capsys.readouterr().out
+
+    # --base-url wins over the environment
+    monkeypatch.setenv(BASE_URL_ENV, "http://127.0.0.1:9/unreachable")
+    args = ["fetch", "sharegpt-lengths", "--dest", "d", "--base-url", mirror.as_uri()]
+    assert main(args) == 0
+    assert sha256(tmp_path / "d" / DATASETS["sharegpt-lengths"].dest) == (
+        DATASETS["sharegpt-lengths"].sha256
+    )
+    assert os.listdir(tmp_path / "d") == ["sharegpt_8k_filtered_stats_llama2_tokenizer.csv"]
