@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -79,11 +80,27 @@ def _field_path(loc: tuple[int | str, ...], data: Any) -> str:
 
 
 def _format_validation_error(err: ValidationError, source: str, data: Any) -> str:
-    """One line: the first failing field as a dotted key, and why."""
-    first = err.errors()[0]
+    """One line: the first failing field as a dotted key, and why.
+
+    An unknown key is reported before anything else: a misspelt required key also makes the
+    right one "missing", and the misspelling is what the user has to fix (with a suggestion
+    taken from the keys missing beside it)."""
+    errors = err.errors()
+    unknown = [e for e in errors if e["type"] == "extra_forbidden"]
+    first = unknown[0] if unknown else errors[0]
     loc = _field_path(tuple(first["loc"]), data)
+    hint = ""
+    if unknown:
+        parent = tuple(first["loc"][:-1])
+        missing = [
+            str(e["loc"][-1])
+            for e in errors
+            if e["type"] == "missing" and tuple(e["loc"][:-1]) == parent
+        ]
+        close = difflib.get_close_matches(str(first["loc"][-1]), missing, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
     extra = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{source}: {loc or '<top level>'}: {first['msg']}{extra}"
+    return f"{source}: {loc or '<top level>'}: {first['msg']}{hint}{extra}"
 
 
 def parse_value(text: str) -> Any:

@@ -1,0 +1,48 @@
+"""Scenario validation errors: one line that points at what the user has to fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simulator.config import load_scenario
+from simulator.errors import InputError
+from tests.paths import ROOT
+
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_misspelt_required_key_is_reported_with_a_suggestion(tmp_path: Path) -> None:
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["scheduler"]["max_num_seq"] = data["scheduler"].pop("max_num_seqs")
+    with pytest.raises(InputError) as err:
+        load_scenario(_write(tmp_path, data))
+    msg = str(err.value)
+    # the misspelling, not the "missing" key it causes, comes first
+    assert "scheduler.max_num_seq: Extra inputs are not permitted" in msg
+    assert "did you mean max_num_seqs?" in msg
+    assert "\n" not in msg
+
+
+def test_misspelt_nested_key_in_a_tagged_union(tmp_path: Path) -> None:
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["workload"]["prompt_len"]["muu"] = data["workload"]["prompt_len"].pop("mu")
+    with pytest.raises(InputError, match=r"workload\.prompt_len\.muu: .*did you mean mu\?"):
+        load_scenario(_write(tmp_path, data))
+
+
+def test_unknown_key_without_a_close_match_gets_no_suggestion(tmp_path: Path) -> None:
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["scheduler"]["frobnicate"] = 1
+    with pytest.raises(InputError) as err:
+        load_scenario(_write(tmp_path, data))
+    assert "scheduler.frobnicate: Extra inputs are not permitted" in str(err.value)
+    assert "did you mean" not in str(err.value)
