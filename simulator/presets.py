@@ -177,14 +177,15 @@ def _resolve(kind: str, name_or_path: str) -> Path:
     if _looks_like_path(name_or_path):
         path = Path(name_or_path)
         if not path.is_file():
-            raise InputError(f"{kind} file {name_or_path}: not found")
+            raise InputError(f"{kind.removesuffix('s')} file {name_or_path}: not found")
         return path
     for suffix in _YAML_SUFFIXES:
         candidate = configs_dir() / kind / f"{name_or_path}{suffix}"
         if candidate.is_file():
             return candidate
     known = ", ".join(_names_in(kind)) or "none"
-    raise InputError(f"unknown {kind} preset {name_or_path!r}; known: {known}")
+    noun = kind.removesuffix("s")  # folder "models" -> "model preset"
+    raise InputError(f"unknown {noun} preset {name_or_path!r}; known: {known}")
 
 
 def _one_line(text: str) -> str:

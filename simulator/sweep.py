@@ -18,7 +18,9 @@ from typing import Any
 import pandas as pd
 
 from simulator.config import (
+    ScenarioConfig,
     apply_overrides,
+    dump_scenario,
     parse_overrides,
     parse_value,
     read_yaml,
@@ -177,7 +179,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     grid = parse_grid(args.grid)
     base = read_yaml(args.scenario)
     if args.set:
-        base = apply_overrides(base, parse_overrides(args.set), args.scenario)
+        overrides = parse_overrides(args.set)
+        both = sorted(set(overrides) & set(grid))
+        if both:
+            # the grid would silently win over --set: make the user pick one
+            raise InputError(f"--set {both[0]}: also a --grid key; give it in one of the two")
+        base = apply_overrides(base, overrides, args.scenario)
     base_cfg = validate(base, args.scenario)
     name = base_cfg.name
     out = Path(args.out) if args.out else Path("results") / f"{name}-sweep" / _stamp()
@@ -199,13 +206,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         table.to_parquet(tmp / SWEEP_FILE, index=False)
         meta = {"scenario": args.scenario, "grid": grid, "set": args.set, "keys": list(grid)}
         (tmp / SWEEP_META).write_text(json.dumps(meta, indent=2) + "\n")
-        (tmp / "scenario.yaml").write_text(Path(args.scenario).read_text())
+        (tmp / "scenario.yaml").write_text(_base_yaml(base_cfg, args.scenario, args.set, grid))
         if not args.no_plots:
             _sweep_plots(table, list(grid), tmp / "plots", args.format)
     failed = table[table["status"] == "failed"]
     print(f"{name}: {len(table) - len(failed)} of {len(table)} runs ok; results in {out}")
     print(_sweep_table(table, list(grid)))
-    return 1 if len(failed) == len(table) else 0
+    # exit 1 if any point failed, so a script notices; the table still holds every point
+    return 1 if len(failed) else 0
+
+
+def _base_yaml(
+    cfg: ScenarioConfig, source: str, sets: list[str] | None, grid: dict[str, list[Any]]
+) -> str:
+    """The sweep's base scenario, ``--set`` applied and defaults spelled out, headed by what
+    the grid changes (each run's own resolved scenario is in ``runs/<point>/``)."""
+    head = [f"# base scenario of a sweep: {source}"]
+    head += [f"#   --set {item}" for item in sets or []]
+    head += [f"#   --grid {key}={','.join(map(str, values))}" for key, values in grid.items()]
+    head.append("# each run's resolved scenario: runs/<point>/scenario.yaml")
+    return "\n".join(head) + "\n" + dump_scenario(cfg)
 
 
 def _check_some_point_is_valid(base: dict[str, Any], grid: dict[str, list[Any]], src: str) -> None:

@@ -193,7 +193,7 @@ def test_a_failing_grid_point_does_not_lose_the_others(
             "--no-plots",
         ]
     )
-    assert code == 0
+    assert code == 1  # a script must notice; the table still has every point
     table = pd.read_parquet(out / "sweep.parquet")
     assert list(table["status"]) == ["ok", "failed", "ok"]
     assert "scheduler.max_num_seqs" in table["error"].iloc[1]

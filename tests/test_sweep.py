@@ -1,0 +1,46 @@
+"""``servesim sweep``: what the sweep folder says produced it, and conflicting options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simulator.cli import main
+from tests.test_cli import SMALL
+
+
+@pytest.fixture
+def scenario_file(tmp_path: Path) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text("# a comment the saved scenario need not keep\n" + yaml.safe_dump(SMALL))
+    return path
+
+
+def test_sweep_folder_saves_the_base_scenario_with_set_applied(
+    scenario_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "sw"
+    argv = ["sweep", str(scenario_file), "--set", "workload.num_requests=40"]
+    argv += ["--grid", "scheduler.max_num_seqs=4,8", "--out", str(out), "--no-plots"]
+    assert main([*argv, "--jobs", "1"]) == 0
+    text = (out / "scenario.yaml").read_text()
+    saved = yaml.safe_load(text)
+    assert saved["workload"]["num_requests"] == 40  # --set applied
+    assert saved["scheduler"]["block_size"] == 16  # defaults spelled out
+    assert "--set workload.num_requests=40" in text
+    assert "--grid scheduler.max_num_seqs=4,8" in text
+
+
+def test_a_key_in_both_set_and_grid_is_refused(
+    scenario_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sw"
+    argv = ["sweep", str(scenario_file), "--set", "scheduler.max_num_seqs=3"]
+    argv += ["--grid", "scheduler.max_num_seqs=4,8", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--set scheduler.max_num_seqs: also a --grid key" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not out.exists()
