@@ -69,11 +69,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Check a scenario and print it resolved, every default spelled out."""
+    """Check a scenario (presets and input files too) and print it resolved, every default
+    spelled out."""
     from simulator.config import dump_scenario, load_scenario, parse_overrides
+    from simulator.cost_model import build_cost_model
     from simulator.runner import resolve
+    from simulator.workload import check_inputs
 
     cfg = resolve(load_scenario(args.scenario, parse_overrides(args.set)))
+    # what run would fail on before simulating: presets, their fit (tp), and input files
+    build_cost_model(cfg.cost_model)
+    check_inputs(cfg.workload)
     print(f"# {args.scenario}: valid", file=sys.stderr)
     print(dump_scenario(cfg), end="")
     return 0

@@ -16,7 +16,7 @@ from simulator.workload import WorkloadConfig
 
 
 class SchedulerConfig(BaseModel):
-    """The step scheduler's budgets (see shared/spec/scheduler.md)."""
+    """The step scheduler's budgets (the contract: docs/scheduler.md)."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 

@@ -8,6 +8,7 @@ in ``docs/workloads.md``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
@@ -27,6 +28,7 @@ __all__ = [
     "Workload",
     "WorkloadConfig",
     "arrival_times",
+    "check_inputs",
     "generate",
     "sample_lengths",
 ]
@@ -312,12 +314,37 @@ def _round_clip(draws: np.ndarray, cfg: NormalLen | LognormalLen) -> np.ndarray:
     return np.clip(np.rint(draws), cfg.min, upper).astype(np.int64)
 
 
+def check_inputs(cfg: WorkloadConfig) -> None:
+    """Read every file ``cfg`` names (a trace, empirical length tables), so that a missing
+    or malformed one is reported without simulating anything."""
+    if cfg.trace is not None:
+        _from_trace(cfg.trace)
+    for field, length in (("prompt_len", cfg.prompt_len), ("output_len", cfg.output_len)):
+        if isinstance(length, EmpiricalLen):
+            _empirical(length, 0, np.random.default_rng(0), field)
+
+
+def _need_file(path: str, field: str) -> None:
+    """A missing input file named by ``workload.<field>``: one line saying which key and how
+    to get the public files (the readers would name the file but not the key)."""
+    if not Path(path).is_file():
+        hint = (
+            "`servesim fetch traces` downloads the public traces"
+            if field == "trace.path"
+            else "`servesim fetch --list` shows the public tables it can download"
+        )
+        raise InputError(
+            f"workload.{field}: {path}: file not found (relative to {Path.cwd()}); {hint}"
+        )
+
+
 def _empirical(
     cfg: EmpiricalLen, n: int, rng: np.random.Generator, field: str
 ) -> tuple[np.ndarray, tuple[str, ...]]:
     # Imported here: traces builds Workload objects, so it imports this module.
     from simulator.traces import read_length_column
 
+    _need_file(cfg.path, f"{field}.path")
     pool, zeros = read_length_column(cfg.path, cfg.column)
     notes = (f"{field}: {zeros} zero lengths in {cfg.path}:{cfg.column} set to 1",) if zeros else ()
     return pool[rng.integers(0, len(pool), size=n)], notes
@@ -326,6 +353,7 @@ def _empirical(
 def _from_trace(cfg: TraceConfig) -> Workload:
     from simulator.traces import read_trace
 
+    _need_file(cfg.path, "trace.path")
     full = read_trace(cfg.path, cfg.format)
     t = full.arrival_s
     keep = np.ones(len(t), dtype=bool)

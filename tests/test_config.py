@@ -46,3 +46,38 @@ def test_unknown_key_without_a_close_match_gets_no_suggestion(tmp_path: Path) ->
         load_scenario(_write(tmp_path, data))
     assert "scheduler.frobnicate: Extra inputs are not permitted" in str(err.value)
     assert "did you mean" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("cost_model.tp=3", "cost_model.tp: 3 does not divide num_heads=32"),
+        ("cost_model.model=llama-9", "cost_model.model: unknown model preset 'llama-9'"),
+        (
+            "workload.prompt_len={dist: empirical, path: nope.csv, column: x}",
+            "workload.prompt_len.path: nope.csv: file not found",
+        ),
+    ],
+)
+def test_validate_catches_what_run_would_fail_on(
+    override: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simulator.cli import main
+
+    assert main(["validate", str(QUICKSTART), "--set", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_validate_reads_the_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from simulator.cli import main
+
+    replay = ROOT / "scenarios" / "azure-code-replay.yaml"
+    missing = str(tmp_path / "absent.csv")
+    assert main(["validate", str(replay), "--set", f"workload.trace.path={missing}"]) == 2
+    err = capsys.readouterr().err
+    assert "workload.trace.path:" in err and "servesim fetch traces" in err
+    bad = tmp_path / "bad.csv"
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\nnot-a-time,1,1\n")
+    assert main(["validate", str(replay), "--set", f"workload.trace.path={bad}"]) == 2
+    assert "bad.csv:2" in capsys.readouterr().err
