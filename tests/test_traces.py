@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +12,7 @@ import pytest
 
 from simulator.errors import InputError
 from simulator.traces import (
+    MAX_TOKENS,
     read_azure,
     read_csv_trace,
     read_length_column,
@@ -19,6 +22,7 @@ from simulator.traces import (
 from tests.paths import DATA
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+CSV_HEADER = "arrival_s,prompt_len,output_len\n"
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +69,15 @@ def test_azure_timestamps_with_utc_offsets_are_compared_in_utc(tmp_path: Path) -
     np.testing.assert_allclose(read_azure(path).arrival_s, [0.0, 1.5])
 
 
+@pytest.mark.filterwarnings("error")
+def test_azure_timestamps_centuries_apart_keep_their_span(tmp_path: Path) -> None:
+    # 1500 is outside datetime64[ns] (1677..2262), so pandas parses in microseconds; a cast
+    # to nanoseconds used to wrap around silently.
+    path = write(tmp_path, "c.csv", AZURE_HEADER + "1500-01-01 00:00:00,1,1\n2200-01-01,2,2\n")
+    span = (datetime(2200, 1, 1) - datetime(1500, 1, 1)).total_seconds()
+    assert read_azure(path).arrival_s.tolist() == [0.0, span]
+
+
 @pytest.mark.parametrize(
     ("row", "fragment"),
     [
@@ -75,9 +88,17 @@ def test_azure_timestamps_with_utc_offsets_are_compared_in_utc(tmp_path: Path) -
         ("yesterday,12,3", "TIMESTAMP: 'yesterday'"),
         ("2023-11-16 18:17:05.0,-12,3", "ContextTokens: token count -12 is negative"),
         ("2023-11-16 18:17:05.0,12,3.5", "GeneratedTokens: token count 3.5 is not an integer"),
-        ("2023-11-16 18:17:05.0,12,3,99", "malformed CSV row"),
+        ("2023-11-16 18:17:05.0,12,3,99", "malformed CSV row (3 fields expected, 4 found)"),
+        ("2023-11-16 18:17:05.0,12,3,", "malformed CSV row (3 fields expected, 4 found)"),
+        (
+            "2023-11-16 18:17:05.0,12,99999999999999999999",
+            "GeneratedTokens: 99999999999999999999 is out of range",
+        ),
+        ("2023-11-16 18:17:05.0,True,3", "ContextTokens: 'True' is not a number"),
+        (",,", "TIMESTAMP: missing value is not a"),
     ],
 )
+@pytest.mark.filterwarnings("error")  # no numpy RuntimeWarning either
 def test_azure_malformed_row_names_file_and_line(tmp_path: Path, row: str, fragment: str) -> None:
     # Line 1 header, 2 good row, 3 blank (still counted, as an editor shows it), 4 the bad row.
     path = write(tmp_path, "bad.csv", AZURE_HEADER + "2023-11-16 18:17:03.0,5,5\n\n" + row + "\n")
@@ -163,8 +184,30 @@ def test_mooncake_sample_converts_ms_and_ignores_extra_fields(tmp_path: Path) ->
         ('{"timestamp": 5, "input_length": 10, "output_length": -1}', "-1 is negative"),
         ('{"timestamp": 5, "input_length": 1.5, "output_length": 1}', "1.5 is not an integer"),
         ("[1, 2, 3]", "expected a JSON object, got list"),
+        (
+            '{"timestamp": 5, "input_length": 1e30, "output_length": 1}',
+            "field 'input_length': 1e+30 is out of range (token counts are at most 2147483647)",
+        ),
+        (
+            '{"timestamp": 5, "input_length": 1, "output_length": 100000000000000000000}',
+            "field 'output_length': 100000000000000000000 is out of range",
+        ),
+        (
+            '{"timestamp": 5, "input_length": 1' + "0" * 400 + ', "output_length": 1}',
+            "field 'input_length': 1" + "0" * 400 + " is out of range",
+        ),
+        (
+            '{"timestamp": 1e300, "input_length": 1, "output_length": 1}',
+            "field 'timestamp': 1e+300 ms is out of range",
+        ),
+        (
+            '{"timestamp": 5, "input_length": 7, "output_length": 1, "input_length": 10}',
+            "key 'input_length' appears more than once",
+        ),
+        ("[" * 100_000, "invalid JSON"),
     ],
 )
+@pytest.mark.filterwarnings("error")
 def test_mooncake_malformed_line_names_file_and_line(
     tmp_path: Path, line: str, fragment: str
 ) -> None:
@@ -174,6 +217,26 @@ def test_mooncake_malformed_line_names_file_and_line(
         read_mooncake(path)
     assert str(err.value).startswith(f"{path}:4: "), str(err.value)
     assert fragment in str(err.value)
+
+
+def test_mooncake_accepts_bom_and_crlf(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(
+        b"\xef\xbb\xbf"
+        b'{"timestamp": 0, "input_length": 5, "output_length": 6}\r\n'
+        b"\r\n"
+        b'{"timestamp": 2000, "input_length": 7, "output_length": 8}\r\n'
+    )
+    w = read_mooncake(path)
+    assert w.arrival_s.tolist() == [0.0, 2.0]
+    assert w.prompt_len.tolist() == [5, 7] and w.output_len.tolist() == [6, 8]
+
+
+def test_mooncake_not_utf8_is_an_input_error(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b'{"timestamp": 0, "input_length": 5, "output_length": 6, "x": "\xff"}\n')
+    with pytest.raises(InputError, match=r"m\.jsonl: not a UTF-8 text file"):
+        read_mooncake(path)
 
 
 # -- plain CSV -----------------------------------------------------------------------------
@@ -195,6 +258,143 @@ def test_plain_csv_bad_number_and_infinite_time(tmp_path: Path) -> None:
         read_csv_trace(write(tmp_path, "p.csv", header + "0,1,1\ninf,1,1\n"))
     with pytest.raises(InputError, match=r"q\.csv:2: column prompt_len: 'NA' is not a number"):
         read_csv_trace(write(tmp_path, "q.csv", header + "0,NA,1\n"))
+
+
+@pytest.mark.parametrize(
+    ("row", "fragment"),
+    [
+        ("1,10,20,30", "malformed CSV row (3 fields expected, 4 found)"),
+        ("1,10,20,", "malformed CSV row (3 fields expected, 4 found)"),
+        (
+            "1,99999999999999999999,21",
+            "column prompt_len: 99999999999999999999 is out of range "
+            "(token counts are at most 2147483647)",
+        ),
+        (f"1,10,{MAX_TOKENS + 1}", f"column output_len: {MAX_TOKENS + 1} is out of range"),
+        ("1,1e400,21", "column prompt_len: '1e400' is out of range"),
+        ("1,-99999999999999999999,21", "prompt_len: token count -99999999999999999999 is negative"),
+        ("1e300,10,20", "column arrival_s: 1e300 is out of range (arrival times must be within"),
+        ("-1e13,10,20", "column arrival_s: -1e13 is out of range"),
+        ("1,10.5,20", "column prompt_len: token count 10.5 is not an integer"),
+        ("1,True,20", "column prompt_len: 'True' is not a number"),
+        ("1,0x10,20", "column prompt_len: '0x10' is not a number"),
+        ('1,"",20', "column prompt_len: missing value is not a number"),
+        (",,", "column arrival_s: missing value is not a number"),
+        ("nan,10,20", "column arrival_s: 'nan' is not a number"),
+    ],
+)
+@pytest.mark.filterwarnings("error")  # no numpy RuntimeWarning either
+def test_plain_csv_malformed_row_names_file_and_line(
+    tmp_path: Path, row: str, fragment: str
+) -> None:
+    path = write(tmp_path, "bad.csv", CSV_HEADER + "0,5,5\n\n" + row + "\n")
+    with pytest.raises(InputError) as err:
+        read_csv_trace(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}:4: "), message
+    assert fragment in message
+    assert "\n" not in message
+
+
+@pytest.mark.filterwarnings("error")
+def test_plain_csv_largest_values_are_accepted(tmp_path: Path) -> None:
+    path = write(tmp_path, "p.csv", CSV_HEADER + f"-1e12,{MAX_TOKENS},1e3\n1e12,1,1\n")
+    w = read_csv_trace(path)
+    assert w.arrival_s.tolist() == [0.0, 2e12]
+    assert w.prompt_len.tolist() == [MAX_TOKENS, 1] and w.output_len.tolist() == [1000, 1]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "read", "expected"),
+    [
+        (
+            "x.csv",
+            CSV_HEADER + "0,10,20,30\n1,11,21,31\n",
+            read_csv_trace,
+            "malformed CSV row (3 fields expected, 4 found)",
+        ),
+        (
+            "a.csv",
+            AZURE_HEADER + "2023-11-16 18:17:03.0,10,20,30\n2023-11-16 18:17:04.0,11,21,31\n",
+            read_azure,
+            "malformed CSV row (3 fields expected, 4 found)",
+        ),
+        (
+            "l.csv",
+            "a,b\n1,2,3\n",
+            lambda path: read_length_column(path, "a"),
+            "malformed CSV row (2 fields expected, 3 found)",
+        ),
+    ],
+)
+def test_first_row_longer_than_header_is_an_error_not_a_column_shift(
+    tmp_path: Path, name: str, text: str, read: Callable[[Path], object], expected: str
+) -> None:
+    # pandas would take the first field as the row index and shift every column by one.
+    path = write(tmp_path, name, text)
+    with pytest.raises(InputError) as err:
+        read(path)
+    assert str(err.value) == f"{path}:2: {expected}"
+
+
+def test_trailing_comma_in_header_and_rows_is_an_ignored_empty_column(tmp_path: Path) -> None:
+    w = read_csv_trace(write(tmp_path, "p.csv", "arrival_s,prompt_len,output_len,\n0,5,6,\n"))
+    assert w.prompt_len.tolist() == [5] and w.output_len.tolist() == [6]
+
+
+def test_bom_crlf_and_cr_line_endings_are_accepted(tmp_path: Path) -> None:
+    rows = ["arrival_s,prompt_len,output_len", "0,5,6", "", "2,7,8"]
+    for newline in ("\r\n", "\r"):
+        path = tmp_path / "p.csv"
+        path.write_bytes(b"\xef\xbb\xbf" + newline.join(rows).encode() + newline.encode())
+        w = read_csv_trace(path)
+        assert w.arrival_s.tolist() == [0.0, 2.0]
+        assert w.prompt_len.tolist() == [5, 7] and w.output_len.tolist() == [6, 8]
+        # line numbers still count physical lines: the bad value sits on line 5
+        path.write_bytes(newline.join([*rows, "3,x,1"]).encode())
+        with pytest.raises(InputError, match=r"p\.csv:5: column prompt_len: 'x' is not"):
+            read_csv_trace(path)
+    azure = tmp_path / "a.csv"
+    azure.write_bytes(b"\xef\xbb\xbf" + AZURE_HEADER.encode() + b"2023-11-16 18:17:03.5,5,6\r\n")
+    assert read_azure(azure).prompt_len.tolist() == [5]
+    lengths = tmp_path / "l.csv"
+    lengths.write_bytes(b"\xef\xbb\xbfa,b\r\n3,x\r\n0,y\r\n")
+    assert read_length_column(lengths, "a") == (pytest.approx([3, 1]), 1)
+
+
+def test_whitespace_only_lines_are_blank_but_bare_commas_are_not(tmp_path: Path) -> None:
+    w = read_csv_trace(write(tmp_path, "p.csv", CSV_HEADER + "0,5,6\n   \n\t\n1,7,8\n"))
+    assert w.prompt_len.tolist() == [5, 7]
+    with pytest.raises(InputError, match=r"q\.csv:3: column arrival_s: missing value"):
+        read_csv_trace(write(tmp_path, "q.csv", CSV_HEADER + "0,5,6\n , ,\n1,7,8\n"))
+
+
+def test_required_column_twice_in_header_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "d.csv", "arrival_s,prompt_len,output_len,prompt_len\n0,1,2,3\n")
+    with pytest.raises(InputError, match=r"d\.csv:1: column 'prompt_len' appears more than once"):
+        read_csv_trace(path)
+    with pytest.raises(InputError, match=r"e\.csv:1: column 'a' appears more than once"):
+        read_length_column(write(tmp_path, "e.csv", "a, a\n1,2\n"), "a")
+    # repeated names among the ignored columns do no harm
+    w = read_csv_trace(write(tmp_path, "f.csv", "x,x,arrival_s,prompt_len,output_len\n9,9,0,1,2\n"))
+    assert w.prompt_len.tolist() == [1]
+
+
+def test_quoted_fields_spanning_lines_keep_line_numbers_right(tmp_path: Path) -> None:
+    # An extra text column may hold quoted newlines; errors still name the editor's line.
+    header = "arrival_s,prompt_len,output_len,text\n"
+    first = '0,1,2,"three\nline\ntext"\n'  # lines 2-4
+    path = write(tmp_path, "q.csv", header + first + "1,3,4,ok\n")
+    w = read_csv_trace(path)
+    assert w.prompt_len.tolist() == [1, 3] and w.output_len.tolist() == [2, 4]
+    for row, fragment in [
+        ("1,x,4,ok", "column prompt_len: 'x' is not a number"),
+        ("1,3,4,ok,extra", "malformed CSV row (4 fields expected, 5 found)"),
+        ('1,3,4,"never closed', "malformed CSV row (a quoted field is never closed"),
+    ]:
+        with pytest.raises(InputError) as err:
+            read_csv_trace(write(tmp_path, "q.csv", header + first + row + "\n"))
+        assert str(err.value).startswith(f"{path}:5: {fragment}"), str(err.value)
 
 
 def test_unknown_format_is_an_input_error(tmp_path: Path) -> None:
