@@ -6,41 +6,52 @@ from __future__ import annotations
 import argparse
 import inspect
 import math
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from simulator.errors import InputError
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 def format_summary(summary: dict[str, Any]) -> str:
     """A short human table of a run's headline figures."""
 
-    def ms(key: str) -> str:
+    def num(key: str, fmt: str, scale: float = 1.0) -> str:
+        """An undefined figure (NaN, or None as summary.json writes it) shows as "-"."""
         v = summary.get(key)
-        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v * 1e3:.1f}"
+        if v is None or (isinstance(v, float) and not math.isfinite(v)):
+            return "-"
+        return format(v * scale, fmt)
 
     lines = [
         f"requests   {summary['num_finished']} finished, {summary['num_rejected']} rejected "
         f"of {summary['num_requests']}, {summary['num_preemptions']} preemptions",
-        f"duration   {summary['duration_s']:.2f} s simulated, {summary['num_steps']} steps",
-        f"throughput {summary['request_throughput']:.2f} req/s, "
-        f"{summary['output_token_throughput']:.0f} output tok/s, "
-        f"{summary['total_token_throughput']:.0f} total tok/s",
-        f"KV blocks  {summary['kv_utilization_mean'] * 100:.1f}% mean, "
-        f"{summary['kv_utilization_max'] * 100:.1f}% max",
+        f"duration   {num('duration_s', '.2f')} s simulated, {summary['num_steps']} steps",
+        f"throughput {num('request_throughput', '.2f')} req/s, "
+        f"{num('output_token_throughput', '.0f')} output tok/s, "
+        f"{num('total_token_throughput', '.0f')} total tok/s",
+        f"KV blocks  {num('kv_utilization_mean', '.1f', 100)}% mean, "
+        f"{num('kv_utilization_max', '.1f', 100)}% max",
         f"{'latency ms':<12}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",
     ]
     for m in ("ttft", "tpot", "itl", "e2e", "queue_delay"):
-        row = [ms(f"{m}_{s}_s") for s in ("mean", "p50", "p90", "p99")]
+        row = [num(f"{m}_{s}_s", ".1f", 1e3) for s in ("mean", "p50", "p90", "p99")]
         lines.append(f"{m:<12}" + "".join(f"{v:>10}" for v in row))
     if "goodput" in summary:
         lines.append(
-            f"goodput    {summary['goodput']:.2f} req/s "
-            f"({summary['slo_attainment'] * 100:.1f}% of requests meet the SLO)"
+            f"goodput    {num('goodput', '.2f')} req/s "
+            f"({num('slo_attainment', '.1f', 100)}% of requests meet the SLO)"
         )
     return "\n".join(lines)
 
@@ -52,17 +63,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         atomic_dir,
         check_out_dir,
         default_out_dir,
+        reserve_out_dir,
         resolve,
         run,
         write_result,
     )
 
     cfg = resolve(load_scenario(args.scenario, parse_overrides(args.set)))
-    out = Path(args.out) if args.out else default_out_dir(cfg)
-    check_out_dir(out, args.overwrite)  # fail before the simulation, not after
-    result = run(cfg, progress=None if not args.progress else True)
-    with atomic_dir(out, args.overwrite) as tmp:
-        write_result(result, tmp, plots=not args.no_plots, fmt=args.format)
+    given = bool(args.out)
+    # A default folder is created now, under a name no other run has (not even one started
+    # in the same second), and removed again if this run fails.
+    out = Path(args.out) if given else reserve_out_dir(default_out_dir(cfg))
+    try:
+        check_out_dir(out, args.overwrite, given=given)  # fail before the simulation, not after
+        result = run(cfg, progress=None if not args.progress else True)
+        with atomic_dir(out, args.overwrite, given=given) as tmp:
+            write_result(result, tmp, plots=not args.no_plots, fmt=args.format)
+    except BaseException:
+        if not given:
+            with suppress(OSError):
+                out.rmdir()  # only if still empty
+        raise
     print(f"{cfg.name}: results in {out}")
     print(format_summary(result.summary))
     return 0
@@ -251,18 +272,82 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived. Like KeyboardInterrupt, not an ``Exception``: nothing catches it by
+    mistake, and every ``finally`` (the temporary results folder's removal) runs."""
+
+
+@contextmanager
+def _sigterm_raises_terminated() -> Iterator[None]:
+    """While the CLI runs, SIGTERM raises ``Terminated`` in the main thread instead of killing
+    the process at once; the previous handler is restored afterwards.
+
+    Worker processes forked by a sweep inherit the handler: in them it restores the default
+    action and re-sends the signal, so a worker still dies of SIGTERM as before. Outside the
+    main thread (where ``signal.signal`` is not allowed) nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pid = os.getpid()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != pid:  # a forked worker: die of SIGTERM, as without this handler
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe (``servesim presets | head -1``), send what is left of stdout to
+    /dev/null, so Python's final flush fails no more (see "Note on SIGPIPE" in the ``signal``
+    module's documentation)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout is no real file (captured in tests)
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: parse, dispatch, and turn bad input into one line and exit code 2."""
+    """Entry point: parse, dispatch, and turn bad input into one line and exit code 2.
+
+    Also one line each, with no traceback: out of memory (2), Ctrl-C (130), a closed pipe on
+    stdout (141, silent) and SIGTERM (143)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        with _sigterm_raises_terminated():
+            code = int(args.func(args))
+            sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
+            return code
     except InputError as err:
         print(f"servesim: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except MemoryError as err:
+        detail = str(err).strip().splitlines()
+        reason = f" ({detail[0]})" if detail else ""
+        print(
+            f"servesim: error: out of memory{reason}; try a smaller workload.num_requests",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Terminated:
+        print("servesim: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
 
 
 if __name__ == "__main__":

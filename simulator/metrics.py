@@ -147,11 +147,10 @@ def summarize(
 ) -> dict[str, Any]:
     """The flat summary: counts, throughputs, KV use and latency percentiles."""
     done = requests[requests["status"] == "finished"]
-    if len(steps):
-        end = float(steps["start_s"].iloc[-1] + steps["duration_s"].iloc[-1])
-    else:
-        end = float(requests["arrival_s"].max()) if len(requests) else 0.0
-    duration = end  # the clock starts at 0, the first possible arrival
+    # The end of the last step (the clock starts at 0); 0 when no step ran (every request
+    # rejected), whenever the requests arrived.
+    last = steps.iloc[-1] if len(steps) else None
+    duration = float(last["start_s"] + last["duration_s"]) if last is not None else 0.0
     per_s = (lambda x: float(x) / duration) if duration > 0 else (lambda x: float("nan"))
     out_tokens = int(done["output_len"].sum())
     in_tokens = int(done["prompt_len"].sum())

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import errno
+import functools
+import itertools
 import json
+import math
 import os
 import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,6 +91,7 @@ def run(
     slower; for checking).
     """
     cfg = resolve(scenario)
+    check_workload_fits(cfg)
     workload, cost_model = build(cfg)
     assert cfg.scheduler.num_blocks is not None
     slo = cfg.slo.model_dump() if cfg.slo is not None else None
@@ -138,38 +144,215 @@ def _progress_bar(
         bar.close()
 
 
+# Peak memory (max RSS) of a whole run per request, measured with quickstart.yaml's
+# ShareGPT-like lengths: about 5.5 KB per request at 1e5 requests, and 1e6 requests peak at
+# about 7.9 GB, i.e. ~8 KB per request. Most of it is per token (the ITL gaps, 8 bytes per
+# output token), per step (the step table) and per request (the request table, the engine's
+# sequences). A run of one-token outputs of 4-token prompts still takes ~0.7 KB per request:
+# that is the floor used to refuse a workload that can never fit.
+TYPICAL_BYTES_PER_REQUEST = 8 * 1024
+MIN_BYTES_PER_REQUEST = 700
+# The cap on workload.num_requests when the machine's memory cannot be read.
+MAX_REQUESTS_UNKNOWN_MEMORY = 10**8
+
+
+def estimate_memory_bytes(num_requests: int) -> tuple[int, int]:
+    """(floor, typical) peak memory of simulating ``num_requests`` requests, in bytes
+    (see ``TYPICAL_BYTES_PER_REQUEST`` for where the figures come from)."""
+    return num_requests * MIN_BYTES_PER_REQUEST, num_requests * TYPICAL_BYTES_PER_REQUEST
+
+
+def physical_memory_bytes() -> int | None:
+    """The machine's physical memory, or None where the OS does not say."""
+    try:
+        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return pages * page_size if pages > 0 and page_size > 0 else None
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:,.0f} GB" if n >= 1e10 else f"{n / 1e9:.1f} GB"
+
+
+def check_workload_fits(cfg: ScenarioConfig) -> None:
+    """Refuse, before anything is sampled, a synthetic workload too big to ever fit in memory
+    (rather than dying with an out-of-memory error); warn when it may not fit."""
+    n = cfg.workload.num_requests
+    if n is None:  # a trace: as big as its file
+        return
+    floor, typical = estimate_memory_bytes(n)
+    memory = physical_memory_bytes()
+    if memory is None:
+        if n > MAX_REQUESTS_UNKNOWN_MEMORY:
+            raise InputError(
+                f"workload.num_requests: {n:,} requests is more than servesim simulates in one "
+                f"run ({MAX_REQUESTS_UNKNOWN_MEMORY:,}; ~8 KB of memory each)"
+            )
+        return
+    if floor > memory:
+        raise InputError(
+            f"workload.num_requests: {n:,} requests need at least {_gb(floor)} of memory "
+            f"(~{_gb(typical)} with typical lengths), more than this machine's {_gb(memory)}"
+        )
+    if typical > memory:
+        warn(
+            f"workload.num_requests: {n:,} requests may need ~{_gb(typical)} of memory "
+            f"(this machine has {_gb(memory)})"
+        )
+
+
 def default_out_dir(cfg: ScenarioConfig) -> Path:
-    """``results/<name>/<timestamp>/``."""
+    """``results/<name>/<timestamp>`` (a name only: ``reserve_out_dir`` makes it unique)."""
     return Path("results") / cfg.name / time.strftime("%Y%m%d-%H%M%S")
 
 
-def check_out_dir(out: Path, overwrite: bool) -> None:
-    """Refuse a non-empty output folder unless ``overwrite``; refuse a file."""
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise InputError(f"--out {out}: folder is not empty (use --overwrite to replace it)")
+def reserve_out_dir(base: Path) -> Path:
+    """Create and return the empty folder ``base``, or ``base-2``, ``base-3``, ... if taken.
+
+    For a folder servesim names itself (the default ``results/<name>/<timestamp>``): ``mkdir``
+    either creates a folder or fails, so two runs started in the same second never share one.
+    ``atomic_dir`` later renames the results onto the empty folder (atomically)."""
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+        for i in itertools.count(1):
+            candidate = base if i == 1 else base.with_name(f"{base.name}-{i}")
+            try:
+                candidate.mkdir()
+            except FileExistsError:
+                continue
+            return candidate
+    except OSError as err:
+        raise InputError(f"{base}: cannot create ({_reason(err)})") from None
+    raise AssertionError("unreachable")
+
+
+def _reason(err: OSError) -> str:
+    """An OSError's reason, without the path (messages name the path themselves)."""
+    if err.strerror:
+        return err.strerror
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+def _label(out: Path, given: bool) -> str:
+    return f"--out {out}" if given else str(out)
+
+
+def _dangerous(path: Path) -> bool:
+    """``path`` is ``/``, the working folder or one of its parents: replacing it would pull
+    the folder the user works in away from under them."""
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:  # the working folder was deleted
+        return path == Path(path.anchor)
+    return path == cwd or path in cwd.parents or path == Path(path.anchor)
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not os.path.lexists(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_out_dir(out: Path, overwrite: bool, *, given: bool = True) -> Path:
+    """Check, before anything is simulated, that results can be written to ``out``; return
+    it absolute (symlinks resolved), the path to write to.
+
+    Refuses ``/``, the working folder and its parents (even with ``overwrite``), a file, a
+    non-empty folder unless ``overwrite``, and a place that cannot be written (the nearest
+    existing ancestor of ``out``'s parent must be a writable folder). ``given``: ``out`` came
+    from ``--out`` (messages say so, and suggest ``--overwrite``); False for a folder servesim
+    named itself."""
+    label = _label(out, given)
+    try:
+        path = Path(out).resolve()
+    except (OSError, RuntimeError) as err:  # RuntimeError: a symlink loop (Python < 3.13)
+        reason = _reason(err) if isinstance(err, OSError) else "symlink loop"
+        raise InputError(f"{label}: cannot create ({reason})") from None
+    if _dangerous(path):
+        what = "/" if path == Path(path.anchor) else "the working folder or one of its parents"
+        raise InputError(
+            f"{label}: refusing to replace {what} (a run replaces its whole output folder); "
+            "give a new folder, e.g. --out results/NAME"
+        )
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{label}: exists and is not a folder")
+    try:
+        non_empty = path.is_dir() and any(path.iterdir())
+    except OSError as err:
+        raise InputError(f"{label}: cannot read ({_reason(err)})") from None
+    if non_empty and not overwrite:
+        hint = " (use --overwrite to replace it)" if given else ""
+        raise InputError(f"{label}: folder is not empty{hint}")
+    # The results are written to a temporary folder beside ``path``, created with its parents
+    anchor = _nearest_existing(path.parent)
+    if not anchor.is_dir():
+        raise InputError(f"{label}: cannot create ({anchor} is not a folder)")
+    if not os.access(anchor, os.W_OK | os.X_OK):
+        raise InputError(f"{label}: cannot create ({os.strerror(errno.EACCES)})")
+    try:  # a real attempt: root passes os.access, and /proc or a read-only mount do not say
+        os.rmdir(tempfile.mkdtemp(prefix=".servesim-probe-", dir=anchor))
+    except OSError as err:
+        raise InputError(f"{label}: cannot create ({_reason(err)})") from None
+    return path
+
+
+@functools.cache
+def _umask() -> int:
+    """The process umask (read once: reading it means setting it, then setting it back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @contextmanager
-def atomic_dir(out: Path, overwrite: bool) -> Iterator[Path]:
+def atomic_dir(out: Path, overwrite: bool, *, given: bool = True) -> Iterator[Path]:
     """Yield a temporary folder beside ``out``; rename it to ``out`` only if the body succeeds,
-    so a failed run never leaves half-written results."""
-    check_out_dir(out, overwrite)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    so a failed or interrupted run never leaves half-written results, nor a temporary folder.
+
+    ``out`` is checked as ``check_out_dir`` does. The results get the permissions of a folder
+    made with ``mkdir`` (``0o777 & ~umask``), not ``mkdtemp``'s 0700. An existing ``out`` is
+    replaced only if empty, or with ``overwrite``. Any OS error (a full disk, permissions)
+    becomes one line naming ``out`` (``InputError``)."""
+    label = _label(out, given)
+    path = check_out_dir(out, overwrite, given=given)
+    mode = 0o777 & ~_umask()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    except OSError as err:
+        raise InputError(f"{label}: cannot create ({_reason(err)})") from None
     try:
         yield tmp
+        tmp.chmod(mode)
+        _move_into_place(tmp, path, overwrite, label, given)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise InputError(f"{label}: cannot write results ({_reason(err)})") from err
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if out.exists():
-        trash = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, trash)
+
+
+def _move_into_place(tmp: Path, out: Path, overwrite: bool, label: str, given: bool) -> None:
+    try:
+        os.replace(tmp, out)  # atomic, when ``out`` is missing or an empty folder
+        return
+    except OSError as err:
+        if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+    if not overwrite:  # something wrote into ``out`` while this run ran: not ours to delete
+        hint = " (use --overwrite to replace it)" if given else ""
+        raise InputError(f"{label}: folder was filled during the run; not replaced{hint}")
+    trash = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:12]}")
+    os.replace(out, trash)
+    try:
         os.replace(tmp, out)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
+    except BaseException:
+        os.replace(trash, out)  # put the previous results back
+        raise
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _json_default(value: Any) -> Any:
@@ -178,10 +361,27 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinity (an undefined metric) as None: strict JSON has no
+    NaN, and ``json.dumps(..., allow_nan=False)`` then catches any that slips through."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def write_result(
     result: SimulationResult, folder: Path, plots: bool = True, fmt: str = "png"
 ) -> None:
-    """Write both tables, summary.json, the resolved scenario and plots into ``folder``."""
+    """Write both tables, summary.json, the resolved scenario and plots into ``folder``.
+
+    In summary.json an undefined figure (NaN: no finished request, no 2-token output) is
+    ``null``."""
     result.requests.to_parquet(folder / "requests.parquet", index=False)
     result.steps.to_parquet(folder / "steps.parquet", index=False)
     if len(result.rejected):
@@ -190,7 +390,7 @@ def write_result(
     summary["wall_time_s"] = result.extras.get("wall_time_s")
     summary["servesim_version"] = result.extras.get("servesim_version")
     (folder / "summary.json").write_text(
-        json.dumps(summary, indent=2, default=_json_default, allow_nan=True) + "\n"
+        json.dumps(json_safe(summary), indent=2, default=_json_default, allow_nan=False) + "\n"
     )
     if result.scenario is not None:
         (folder / "scenario.yaml").write_text(dump_scenario(result.scenario))
