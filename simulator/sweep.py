@@ -11,6 +11,7 @@ import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,12 +152,17 @@ def run_sweep(
                     pool.submit(_run_point, base, p, source, folder(p), plots, fmt): p
                     for p in points
                 }
-                for fut in as_completed(futures):
-                    p = futures[fut]
-                    try:
-                        record(p, fut.result(), None)
-                    except Exception as err:
-                        record(p, None, _one_line(err))
+                try:
+                    for fut in as_completed(futures):
+                        p = futures[fut]
+                        try:
+                            record(p, fut.result(), None)
+                        except Exception as err:
+                            record(p, None, _one_line(err))
+                except BaseException:
+                    # Ctrl-C or SIGTERM: drop the queued points instead of running them first
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
     finally:
         bar.close()
     table = pd.DataFrame([rows[i] for i in range(len(points))])
@@ -174,7 +180,7 @@ def _one_line(err: BaseException) -> str:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """CLI: validate every grid point first, then run them, then write table and plots."""
-    from simulator.runner import atomic_dir, check_out_dir
+    from simulator.runner import reserve_out_dir
 
     grid = parse_grid(args.grid)
     base = read_yaml(args.scenario)
@@ -187,12 +193,39 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         base = apply_overrides(base, overrides, args.scenario)
     base_cfg = validate(base, args.scenario)
     name = base_cfg.name
-    out = Path(args.out) if args.out else Path("results") / f"{name}-sweep" / _stamp()
-    check_out_dir(out, args.overwrite)
     if args.jobs < 0:
         raise InputError(f"--jobs {args.jobs}: must be >= 0 (0 = all cores)")
     _check_some_point_is_valid(base, grid, args.scenario)
-    with atomic_dir(out, args.overwrite) as tmp:
+    given = bool(args.out)
+    # a default folder is reserved under a name no other sweep has, and removed on failure
+    out = Path(args.out) if given else reserve_out_dir(Path("results") / f"{name}-sweep" / _stamp())
+    try:
+        table = _run_into(out, given, args, base, base_cfg, grid)
+    except BaseException:
+        if not given:
+            with suppress(OSError):
+                out.rmdir()  # only if still empty
+        raise
+    failed = table[table["status"] == "failed"]
+    print(f"{name}: {len(table) - len(failed)} of {len(table)} runs ok; results in {out}")
+    print(_sweep_table(table, list(grid)))
+    # exit 1 if any point failed, so a script notices; the table still holds every point
+    return 1 if len(failed) else 0
+
+
+def _run_into(
+    out: Path,
+    given: bool,
+    args: argparse.Namespace,
+    base: dict[str, Any],
+    base_cfg: ScenarioConfig,
+    grid: dict[str, list[Any]],
+) -> pd.DataFrame:
+    """Run the sweep into a temporary folder renamed to ``out`` at the end; the table."""
+    from simulator.runner import atomic_dir, check_out_dir
+
+    check_out_dir(out, args.overwrite, given=given)
+    with atomic_dir(out, args.overwrite, given=given) as tmp:
         table = run_sweep(
             base,
             grid,
@@ -209,11 +242,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         (tmp / "scenario.yaml").write_text(_base_yaml(base_cfg, args.scenario, args.set, grid))
         if not args.no_plots:
             _sweep_plots(table, list(grid), tmp / "plots", args.format)
-    failed = table[table["status"] == "failed"]
-    print(f"{name}: {len(table) - len(failed)} of {len(table)} runs ok; results in {out}")
-    print(_sweep_table(table, list(grid)))
-    # exit 1 if any point failed, so a script notices; the table still holds every point
-    return 1 if len(failed) else 0
+    return table
 
 
 def _base_yaml(

@@ -44,3 +44,20 @@ def test_a_key_in_both_set_and_grid_is_refused(
     assert "--set scheduler.max_num_seqs: also a --grid key" in err
     assert len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_sweeps_in_the_same_second_get_their_own_default_folders(
+    scenario_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import simulator.sweep as sweep
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sweep, "_stamp", lambda: "20260101-000000")  # the same second
+    argv = ["sweep", str(scenario_file), "--set", "workload.num_requests=20", "--no-plots"]
+    argv += ["--grid", "scheduler.max_num_seqs=4,8", "--jobs", "1"]
+    assert main(argv) == 0
+    assert main(argv) == 0
+    folders = sorted(p.name for p in (tmp_path / "results" / "cli-test-sweep").iterdir())
+    assert folders == ["20260101-000000", "20260101-000000-2"]
+    for name in folders:
+        assert (tmp_path / "results" / "cli-test-sweep" / name / "sweep.parquet").is_file()
