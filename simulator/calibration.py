@@ -16,8 +16,10 @@ to their median before fitting, so k-fold never puts a point's repeats on both s
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -100,12 +102,29 @@ def _read_csv(path: Path | str, what: str) -> pd.DataFrame:
     if not p.is_file():
         raise InputError(f"{what} {p}: file not found")
     try:
-        df = pd.read_csv(p)
+        with warnings.catch_warnings():
+            # index_col=False: a row with one field too many must not turn the first column
+            # into the index (shifting every value); pandas warns instead, made an error here
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            df = pd.read_csv(p, index_col=False)
+    except pd.errors.ParserWarning:
+        raise InputError(f"{what} {p}: {_long_row(p)}") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise InputError(f"{what} {p}: not a readable CSV: {' '.join(str(exc).split())}") from None
     if df.empty:
         raise InputError(f"{what} {p}: no data rows")
     return df
+
+
+def _long_row(path: Path) -> str:
+    """Where a CSV has a row with more fields than its header (for the error message)."""
+    with path.open(newline="", encoding="utf-8", errors="replace") as handle:
+        rows = csv.reader(handle)
+        width = len(next(rows, []))
+        for row in rows:
+            if len(row) > width:
+                return f"line {rows.line_num}: {len(row)} fields, the header has {width}"
+    return "a row has more fields than the header"
 
 
 def _check_numeric(df: pd.DataFrame, path: Path | str, col: str, integer: bool, low: float) -> None:

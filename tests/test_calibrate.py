@@ -505,6 +505,9 @@ def test_shipped_presets_load_and_name_their_source() -> None:
         ("num_seqs,new_tokens,context_len,step_ms\n1,1,-4,2\n", "line 2, column context_len"),
         ("num_seqs,new_tokens,context_len,step_ms\n1.5,1,0,2\n", "line 2, column num_seqs"),
         ("num_seqs,new_tokens,context_len,step_ms\n", "no data rows"),
+        # one field too many: an error, not every value shifted one column left
+        ("num_seqs,new_tokens,context_len,step_ms\n1,2,1,0,5\n1,1,0,5\n", "line 2: 5 fields"),
+        ("num_seqs,new_tokens,context_len,step_ms\n1,1,0,5\n1,2,1,0,5\n", "line 3, saw 5"),
     ],
 )
 def test_read_measurements_bad_input(tmp_path: Path, content: str, match: str) -> None:
