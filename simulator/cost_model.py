@@ -7,14 +7,13 @@ and walks the batch once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from operator import mul
-from typing import Annotated, Literal, Protocol, TypeVar
+from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.batch import Batch
-from simulator.errors import InputError
+from simulator.errors import InputError, in_field
 from simulator.fitted import FittedCostConfig, load_fitted
 from simulator.presets import HardwareSpec, ModelSpec, load_hardware, load_model
 
@@ -222,21 +221,9 @@ def build_cost_model(cfg: CostModelConfig) -> CostModel:
     if isinstance(cfg, LinearCostConfig):
         return LinearCostModel(cfg)
     if isinstance(cfg, RooflineCostConfig):
-        model = _in_field("cost_model.model", load_model, cfg.model)
-        hardware = _in_field("cost_model.hardware", load_hardware, cfg.hardware)
+        model = in_field("cost_model.model", load_model, cfg.model)
+        hardware = in_field("cost_model.hardware", load_hardware, cfg.hardware)
         return RooflineCostModel(cfg, model, hardware)
     if isinstance(cfg, FittedCostConfig):
-        return _in_field("cost_model.path", load_fitted, cfg)
+        return in_field("cost_model.path", load_fitted, cfg)
     raise InputError(f"cost_model: unsupported type {type(cfg).__name__}")
-
-
-_T = TypeVar("_T")
-_A = TypeVar("_A")
-
-
-def _in_field(field: str, load: Callable[[_A], _T], arg: _A) -> _T:
-    """``load(arg)``, with a preset error prefixed by the scenario field that named it."""
-    try:
-        return load(arg)
-    except InputError as err:
-        raise InputError(f"{field}: {err}") from None

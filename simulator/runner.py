@@ -24,7 +24,7 @@ from simulator import __version__
 from simulator.config import ScenarioConfig, dump_scenario, load_scenario, validate
 from simulator.cost_model import CostModel, RooflineCostConfig, build_cost_model
 from simulator.engine import Simulation, SimulationResult, warn
-from simulator.errors import InputError
+from simulator.errors import InputError, in_field
 from simulator.fitted import FittedCostConfig, load_preset
 from simulator.workload import Workload, generate
 
@@ -39,16 +39,19 @@ def resolve_num_blocks(cfg: ScenarioConfig) -> int:
     if isinstance(cm, RooflineCostConfig):
         model, hardware, tp = cm.model, cm.hardware, cm.tp
     elif isinstance(cm, FittedCostConfig):
-        preset = load_preset(cm.path)  # a fitted preset names the model and GPUs it was fitted on
+        # a fitted preset names the model and GPUs it was fitted on
+        preset = in_field("cost_model.path", load_preset, cm.path)
         model, hardware, tp = preset.model, preset.hardware, preset.tp
     else:
         raise InputError(
             "scheduler.num_blocks: required with a linear cost model (roofline and fitted "
             "models derive it from GPU memory)"
         )
+    # a roofline names its presets in the scenario; a fitted model in its preset file
+    where = "cost_model." if isinstance(cm, RooflineCostConfig) else f"cost_model.path: {cm.path}: "
     return derive_num_blocks(
-        load_model(model),
-        load_hardware(hardware),
+        in_field(f"{where}model", load_model, model),
+        in_field(f"{where}hardware", load_hardware, hardware),
         tp,
         cfg.scheduler.block_size,
         cfg.scheduler.gpu_memory_utilization,

@@ -81,3 +81,12 @@ def test_validate_reads_the_trace(tmp_path: Path, capsys: pytest.CaptureFixture[
     bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\nnot-a-time,1,1\n")
     assert main(["validate", str(replay), "--set", f"workload.trace.path={bad}"]) == 2
     assert "bad.csv:2" in capsys.readouterr().err
+
+
+def test_a_derived_kv_budget_names_the_preset_key(capsys: pytest.CaptureFixture[str]) -> None:
+    from simulator.cli import main
+
+    # chunked-prefill-budgets derives num_blocks from the roofline's model and GPU
+    scenario = str(ROOT / "scenarios" / "chunked-prefill-budgets.yaml")
+    assert main(["validate", scenario, "--set", "cost_model.hardware=h900"]) == 2
+    assert "cost_model.hardware: unknown hardware preset 'h900'" in capsys.readouterr().err
