@@ -180,7 +180,7 @@ def _one_line(err: BaseException) -> str:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """CLI: validate every grid point first, then run them, then write table and plots."""
-    from simulator.runner import reserve_out_dir
+    from simulator.outdir import reserve_out_dir
 
     grid = parse_grid(args.grid)
     base = read_yaml(args.scenario)
@@ -222,7 +222,7 @@ def _run_into(
     grid: dict[str, list[Any]],
 ) -> pd.DataFrame:
     """Run the sweep into a temporary folder renamed to ``out`` at the end; the table."""
-    from simulator.runner import atomic_dir, check_out_dir
+    from simulator.outdir import atomic_dir, check_out_dir
 
     check_out_dir(out, args.overwrite, given=given)
     with atomic_dir(out, args.overwrite, given=given) as tmp:

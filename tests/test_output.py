@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
+import simulator.outdir as outdir
 import simulator.runner as runner
 from simulator.cli import format_summary, main
 from simulator.errors import InputError
@@ -109,7 +110,7 @@ def test_a_failed_rename_leaves_no_temporary_folder(
     monkeypatch.setattr(os, "replace", busy)
     with (
         pytest.raises(InputError, match=r"--out .*out: cannot write results \(Device or"),
-        runner.atomic_dir(out, overwrite=False) as tmp,
+        outdir.atomic_dir(out, overwrite=False) as tmp,
     ):
         (tmp / "a.txt").write_text("a")
     assert not out.exists() and not _leftovers(tmp_path)
@@ -131,7 +132,7 @@ def test_a_failed_replace_puts_the_previous_results_back(
     monkeypatch.setattr(os, "replace", replace)
     with (
         pytest.raises(InputError, match="cannot write results"),
-        runner.atomic_dir(out, overwrite=True) as tmp,
+        outdir.atomic_dir(out, overwrite=True) as tmp,
     ):
         (tmp / "new.txt").write_text("new")
     assert (out / "old.txt").read_text() == "old"
@@ -142,7 +143,7 @@ def test_out_filled_during_the_run_is_not_replaced_without_overwrite(tmp_path: P
     out = tmp_path / "out"
     with (
         pytest.raises(InputError, match="filled during the run"),
-        runner.atomic_dir(out, overwrite=False) as tmp,
+        outdir.atomic_dir(out, overwrite=False) as tmp,
     ):
         (tmp / "new.txt").write_text("new")
         out.mkdir()
@@ -161,7 +162,7 @@ def test_runs_started_in_the_same_second_get_folders_of_their_own(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(runner.time, "strftime", lambda fmt, *a: "20250101-120000")
+    monkeypatch.setattr(outdir.time, "strftime", lambda fmt, *a: "20250101-120000")
     for _ in range(3):
         assert main(["run", str(scenario_file), "--no-plots"]) == 0
     base = Path("results") / "out-test"
@@ -191,19 +192,19 @@ def test_a_failed_run_removes_its_default_folder(
 
 def test_reserve_out_dir_takes_the_first_free_name(tmp_path: Path) -> None:
     base = tmp_path / "results" / "x" / "stamp"
-    assert runner.reserve_out_dir(base) == base
+    assert outdir.reserve_out_dir(base) == base
     (tmp_path / "results" / "x" / "stamp-2").mkdir()
-    assert runner.reserve_out_dir(base) == base.with_name("stamp-3")
+    assert outdir.reserve_out_dir(base) == base.with_name("stamp-3")
     assert all(p.is_dir() for p in (base, base.with_name("stamp-3")))
 
 
 def test_a_default_folder_is_never_told_to_use_overwrite(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_text("x")
     with pytest.raises(InputError) as given:
-        runner.check_out_dir(tmp_path, overwrite=False)
+        outdir.check_out_dir(tmp_path, overwrite=False)
     assert "--overwrite" in str(given.value)
     with pytest.raises(InputError) as default:
-        runner.check_out_dir(tmp_path, overwrite=False, given=False)
+        outdir.check_out_dir(tmp_path, overwrite=False, given=False)
     assert "not empty" in str(default.value) and "--overwrite" not in str(default.value)
 
 
@@ -234,7 +235,7 @@ def test_an_unwritable_out_is_refused_by_check_out_dir(
 
     monkeypatch.setattr(os, "access", access)
     with pytest.raises(InputError, match=r"cannot create \(Permission denied\)"):
-        runner.check_out_dir(tmp_path / "new" / "out", overwrite=False)
+        outdir.check_out_dir(tmp_path / "new" / "out", overwrite=False)
     assert not (tmp_path / "new").exists()
 
 
