@@ -159,13 +159,31 @@ def estimate_memory_bytes(num_requests: int) -> tuple[int, int]:
     return num_requests * MIN_BYTES_PER_REQUEST, num_requests * TYPICAL_BYTES_PER_REQUEST
 
 
+# Memory limits of a container (cgroup v2, then v1): sysconf reports the host's memory, and a
+# run past the container's limit is killed without a word.
+CGROUP_LIMIT_FILES = (
+    Path("/sys/fs/cgroup/memory.max"),
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+)
+
+
 def physical_memory_bytes() -> int | None:
-    """The machine's physical memory, or None where the OS does not say."""
+    """The memory this process may use: the machine's physical memory, or a container's lower
+    limit; None where the OS does not say."""
     try:
         pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
         return None
-    return pages * page_size if pages > 0 and page_size > 0 else None
+    total = pages * page_size if pages > 0 and page_size > 0 else None
+    for path in CGROUP_LIMIT_FILES:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) > 0 and (total is None or int(text) < total):
+            total = int(text)  # "max" (v2) or a huge number (v1) mean no limit
+        break
+    return total
 
 
 def _gb(n: float) -> str:

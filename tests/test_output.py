@@ -484,3 +484,16 @@ def test_presets_piped_into_head() -> None:
     assert out.decode() == "models:\n"
     assert first.returncode in (0, 141)  # 0 if all was written before head exited
     assert stderr == ""
+
+
+def test_a_container_memory_limit_lowers_the_memory_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = runner.physical_memory_bytes()
+    assert host is not None and host > 2**20
+    limit = tmp_path / "memory.max"
+    monkeypatch.setattr(runner, "CGROUP_LIMIT_FILES", (limit,))
+    limit.write_text("max\n")  # cgroup v2 without a limit
+    assert runner.physical_memory_bytes() == host
+    limit.write_text(f"{2**20}\n")
+    assert runner.physical_memory_bytes() == 2**20
