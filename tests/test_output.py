@@ -24,18 +24,13 @@ import simulator.runner as runner
 from simulator.cli import format_summary, main
 from simulator.errors import InputError
 from tests.paths import ROOT
+from tests.test_cli import SMALL as CLI_SMALL
 
+# test_cli's small scenario, under its own name and shorter
 SMALL: dict[str, Any] = {
+    **CLI_SMALL,
     "name": "out-test",
-    "seed": 3,
-    "scheduler": {"max_num_batched_tokens": 256, "max_num_seqs": 16, "num_blocks": 120},
-    "cost_model": {"type": "linear", "base_ms": 4, "per_token_ms": 0.03, "per_seq_ms": 0.05},
-    "workload": {
-        "num_requests": 40,
-        "arrival": {"process": "poisson", "rate": 6},
-        "prompt_len": {"dist": "uniform", "low": 20, "high": 400},
-        "output_len": {"dist": "uniform", "low": 1, "high": 80},
-    },
+    "workload": {**CLI_SMALL["workload"], "num_requests": 40},
 }
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 
