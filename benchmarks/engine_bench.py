@@ -59,9 +59,9 @@ CASES = {"issue": ISSUE, "vidur": VIDUR}
 def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
     """Drive only the scheduler over the same arrivals, with the same step times (no simpy,
     no Batch, no recording): the floor any engine built on this scheduler pays."""
-    from simulator.engine import _sample, _sample_many
+    from simulator.engine.simulation import _sample, _sample_many
     from simulator.runner import build, resolve
-    from simulator.scheduler import Scheduler, Sequence
+    from simulator.scheduling.spec import Scheduler, Sequence
 
     cfg = resolve(scenario)
     workload, _ = build(cfg)
@@ -106,7 +106,7 @@ def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
 
 def full_run(scenario: dict[str, Any], out: Path) -> tuple[float, int, float]:
     """``servesim run`` in-process, writing its outputs (no plots): wall s, steps, mean batch."""
-    from simulator.outdir import atomic_dir
+    from simulator.results.outdir import atomic_dir
     from simulator.runner import resolve, run, write_result
 
     cfg = resolve(scenario)

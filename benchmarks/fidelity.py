@@ -29,8 +29,8 @@ from matplotlib.ticker import NullFormatter  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simulator.batch import Batch  # noqa: E402
-from simulator.calibration import (  # noqa: E402
+from simulator.cost.batch import Batch  # noqa: E402
+from simulator.cost.calibration.fit import (  # noqa: E402
     calibrate,
     convert_splitwise,
     convert_vidur_mlp,
@@ -38,10 +38,10 @@ from simulator.calibration import (  # noqa: E402
     step_kinds,
     write_preset,
 )
-from simulator.cost_model import RooflineCostConfig, RooflineCostModel  # noqa: E402
-from simulator.fitted import FittedCostModel, FittedPreset  # noqa: E402
-from simulator.presets import load_hardware, load_model  # noqa: E402
-from simulator.scheduler import Scheduler, Sequence  # noqa: E402
+from simulator.cost.fitted import FittedCostModel, FittedPreset  # noqa: E402
+from simulator.cost.presets import load_hardware, load_model  # noqa: E402
+from simulator.cost.roofline import RooflineCostConfig, RooflineCostModel  # noqa: E402
+from simulator.scheduling.spec import Scheduler, Sequence  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 FITTED = ROOT / "configs" / "fitted"
@@ -373,7 +373,7 @@ def error_tables(groups: list[GroupResult], kinds: tuple[str, ...]) -> str:
 
 def coefficient_table(groups: list[GroupResult]) -> str:
     """Markdown: fitted coefficients and knee per preset."""
-    from simulator.fitted import FEATURES
+    from simulator.cost.fitted import FEATURES
 
     head = ["preset", *FEATURES, "knee_tokens", "zero-weight rows"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -9,7 +9,7 @@ import argparse
 import platform
 import time
 
-from simulator.scheduler import Scheduler, Sequence
+from simulator.scheduling.spec import Scheduler, Sequence
 
 
 def bench(num_seqs: int, steps: int, prompt_len: int, block_size: int, deferred: bool) -> float:

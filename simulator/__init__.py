@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from simulator.engine import SimulationResult
+    from simulator.engine.simulation import SimulationResult
 
 
 def run(scenario: Any, *, progress: bool | None = False) -> SimulationResult:

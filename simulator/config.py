@@ -10,9 +10,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from simulator.cost_model import CostModelConfig
+from simulator.cost.roofline import CostModelConfig
 from simulator.errors import InputError
-from simulator.workload import WorkloadConfig
+from simulator.workload.synthetic import WorkloadConfig
 
 
 class SchedulerConfig(BaseModel):

@@ -16,18 +16,18 @@ import numpy as np
 
 from simulator import __version__
 from simulator.config import ScenarioConfig, dump_scenario, load_scenario, validate
-from simulator.cost_model import CostModel, RooflineCostConfig, build_cost_model
-from simulator.engine import Simulation, SimulationResult, warn
+from simulator.cost.fitted import FittedCostConfig, load_preset
+from simulator.cost.roofline import CostModel, RooflineCostConfig, build_cost_model
+from simulator.engine.simulation import Simulation, SimulationResult, warn
 from simulator.errors import InputError, in_field
-from simulator.fitted import FittedCostConfig, load_preset
-from simulator.workload import Workload, generate
+from simulator.workload.synthetic import Workload, generate
 
 
 def resolve_num_blocks(cfg: ScenarioConfig) -> int:
     """``scheduler.num_blocks``, or derived from GPU memory for a roofline cost model."""
     if cfg.scheduler.num_blocks is not None:
         return cfg.scheduler.num_blocks
-    from simulator.presets import derive_num_blocks, load_hardware, load_model
+    from simulator.cost.presets import derive_num_blocks, load_hardware, load_model
 
     cm = cfg.cost_model
     if isinstance(cm, RooflineCostConfig):
@@ -257,7 +257,7 @@ def write_result(
     if result.scenario is not None:
         (folder / "scenario.yaml").write_text(dump_scenario(result.scenario))
     if plots:
-        from simulator.plots import save_run_plots
+        from simulator.plots.run import save_run_plots
 
         save_run_plots(result.requests, result.steps, folder / "plots", fmt=fmt)
 

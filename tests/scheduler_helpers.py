@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 
-from simulator.scheduler import Scheduler, Sequence, SequenceStatus
+from simulator.scheduling.spec import Scheduler, Sequence, SequenceStatus
 
 
 def base_sampler(bases: dict[Hashable, int]) -> Callable[[Sequence], int]:

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from simulator.batch import Batch
-from simulator.calibration import (
+from simulator.cli import main
+from simulator.cost.batch import Batch
+from simulator.cost.calibration.fit import (
     aggregate_repeats,
     calibrate,
     convert_splitwise,
@@ -22,9 +23,7 @@ from simulator.calibration import (
     read_measurements,
     step_kinds,
 )
-from simulator.cli import main
-from simulator.errors import InputError
-from simulator.fitted import (
+from simulator.cost.fitted import (
     FEATURES,
     FeatureScales,
     FittedCostConfig,
@@ -37,7 +36,8 @@ from simulator.fitted import (
     load_preset,
     uniform_features,
 )
-from simulator.presets import load_hardware, load_model
+from simulator.cost.presets import load_hardware, load_model
+from simulator.errors import InputError
 from tests.paths import DATA
 
 SPLITWISE = DATA / "splitwise_perf_model.csv"
@@ -270,7 +270,7 @@ def test_splitwise_heldout_error_meets_targets_or_its_recorded_miss(
 
 
 def test_fitted_beats_uncalibrated_roofline_on_splitwise(splitwise_rows: pd.DataFrame) -> None:
-    from simulator.cost_model import RooflineCostConfig, RooflineCostModel
+    from simulator.cost.roofline import RooflineCostConfig, RooflineCostModel
 
     meas = splitwise_rows[splitwise_rows.group == "llama2-70b_h100-80gb_tp4"]
     _, rows = calibrate(meas, "llama-2-70b", "h100-sxm", 4, rng=np.random.default_rng(1))

@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from simulator.batch import Batch
-from simulator.cost_model import (
+from simulator.cost.batch import Batch
+from simulator.cost.fitted import FittedCostConfig
+from simulator.cost.roofline import (
     CostModelConfig,
     LinearCostConfig,
     LinearCostModel,
@@ -21,7 +22,6 @@ from simulator.cost_model import (
     build_cost_model,
 )
 from simulator.errors import InputError
-from simulator.fitted import FittedCostConfig
 from tests.paths import DATA
 
 CONFIG = TypeAdapter(CostModelConfig)

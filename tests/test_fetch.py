@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from simulator.cli import main
-from simulator.datasets import (
+from simulator.errors import InputError
+from simulator.workload.datasets import (
     BASE_URL_ENV,
     DATASETS,
     DEFAULT_DEST,
@@ -28,8 +29,7 @@ from simulator.datasets import (
     groups,
     select,
 )
-from simulator.errors import InputError
-from simulator.traces import read_trace
+from simulator.workload.traces import read_trace
 from tests.paths import DATA, ROOT
 
 # registry name -> our byte-exact copy of the original in ../shared/data

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
-import simulator.outdir as outdir
+import simulator.results.outdir as outdir
 import simulator.runner as runner
 from simulator.cli import format_summary, main
 from simulator.errors import InputError

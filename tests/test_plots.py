@@ -1,4 +1,4 @@
-"""Tests for simulator.plots on synthetic runs and sweeps (no engine needed)."""
+"""Tests for simulator.plots.run on synthetic runs and sweeps (no engine needed)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D
 from matplotlib.scale import LogTransform
 
 from simulator.errors import InputError
-from simulator.plots import (
+from simulator.plots.run import (
     bin_steps,
     binned_median,
     plot_budget_comparison,

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.errors import InputError
-from simulator.presets import (
+from simulator.cost.presets import (
     HardwareSpec,
     ModelSpec,
     configs_dir,
@@ -16,6 +15,7 @@ from simulator.presets import (
     load_hardware,
     load_model,
 )
+from simulator.errors import InputError
 
 # Published parameter counts (model cards / papers), in billions.
 PUBLISHED_B = {

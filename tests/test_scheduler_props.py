@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.scheduler import Scheduler, Sequence, SequenceStatus
+from simulator.scheduling.spec import Scheduler, Sequence, SequenceStatus
 from tests.scheduler_helpers import step
 
 EOS = -1

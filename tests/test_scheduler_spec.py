@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.scheduler import Scheduler, Sequence, SequenceStatus
+from simulator.scheduling.spec import Scheduler, Sequence, SequenceStatus
 from tests.scheduler_helpers import base_sampler, step
 
 AMPLE = 10_000

@@ -49,7 +49,7 @@ def test_a_key_in_both_set_and_grid_is_refused(
 def test_sweeps_in_the_same_second_get_their_own_default_folders(
     scenario_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import simulator.sweep as sweep
+    import simulator.explore.sweep as sweep
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sweep, "_stamp", lambda: "20260101-000000")  # the same second

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from simulator.errors import InputError
-from simulator.traces import (
+from simulator.workload.traces import (
     MAX_TOKENS,
     read_azure,
     read_csv_trace,

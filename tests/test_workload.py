@@ -11,7 +11,7 @@ from pydantic import TypeAdapter, ValidationError
 from scipy import stats
 
 from simulator.errors import InputError
-from simulator.workload import (
+from simulator.workload.synthetic import (
     ArrivalConfig,
     LengthConfig,
     Workload,

@@ -29,12 +29,12 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from simulator.batch import Batch
 from simulator.config import ScenarioConfig
-from simulator.cost_model import CostModel
+from simulator.cost.batch import Batch
+from simulator.cost.roofline import CostModel
 from simulator.metrics import build_requests, build_steps, summarize
-from simulator.scheduler import Scheduler, Sequence
-from simulator.workload import Workload
+from simulator.scheduling.spec import Scheduler, Sequence
+from simulator.workload.synthetic import Workload
 
 STEP_INT_FIELDS = (
     "num_seqs",

@@ -148,7 +148,7 @@ def configs_dir() -> Path:
     override = os.environ.get("SERVESIM_CONFIGS")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[1] / "configs"
+    return Path(__file__).resolve().parents[2] / "configs"
 
 
 def _names_in(kind: str) -> list[str]:

@@ -180,7 +180,7 @@ def _one_line(err: BaseException) -> str:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """CLI: validate every grid point first, then run them, then write table and plots."""
-    from simulator.outdir import reserve_out_dir
+    from simulator.results.outdir import reserve_out_dir
 
     grid = parse_grid(args.grid)
     base = read_yaml(args.scenario)
@@ -222,7 +222,7 @@ def _run_into(
     grid: dict[str, list[Any]],
 ) -> pd.DataFrame:
     """Run the sweep into a temporary folder renamed to ``out`` at the end; the table."""
-    from simulator.outdir import atomic_dir, check_out_dir
+    from simulator.results.outdir import atomic_dir, check_out_dir
 
     check_out_dir(out, args.overwrite, given=given)
     with atomic_dir(out, args.overwrite, given=given) as tmp:
@@ -293,14 +293,14 @@ def _sweep_table(table: pd.DataFrame, keys: list[str]) -> str:
 
 
 def _sweep_plots(table: pd.DataFrame, keys: list[str], folder: Path, fmt: str) -> None:
-    from simulator.plots import save_sweep_plots
+    from simulator.plots.run import save_sweep_plots
 
     save_sweep_plots(table, keys, folder, fmt=fmt)
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """CLI: redraw the plots of a run folder or a sweep folder in place."""
-    from simulator.plots import save_run_plots
+    from simulator.plots.run import save_run_plots
 
     folder = Path(args.folder)
     if not folder.is_dir():

@@ -1,8 +1,8 @@
 """Workloads: when requests arrive and how many prompt and output tokens each has.
 
 A workload is either synthetic (an arrival process plus two length distributions) or read
-from a trace file (see :mod:`simulator.traces`). Options and parametrisations are documented
-in ``docs/workloads.md``.
+from a trace file (see :mod:`simulator.workload.traces`). Options and parametrisations are
+documented in ``docs/workloads.md``.
 """
 
 from __future__ import annotations
@@ -342,7 +342,7 @@ def _empirical(
     cfg: EmpiricalLen, n: int, rng: np.random.Generator, field: str
 ) -> tuple[np.ndarray, tuple[str, ...]]:
     # Imported here: traces builds Workload objects, so it imports this module.
-    from simulator.traces import read_length_column
+    from simulator.workload.traces import read_length_column
 
     _need_file(cfg.path, f"{field}.path")
     pool, zeros = read_length_column(cfg.path, cfg.column)
@@ -351,7 +351,7 @@ def _empirical(
 
 
 def _from_trace(cfg: TraceConfig) -> Workload:
-    from simulator.traces import read_trace
+    from simulator.workload.traces import read_trace
 
     _need_file(cfg.path, "trace.path")
     full = read_trace(cfg.path, cfg.format)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Hashable
 
-from simulator.sequence import Sequence, SequenceStatus
+from simulator.scheduling.sequence import Sequence, SequenceStatus
 
 __all__ = ["Scheduler", "Sequence", "SequenceStatus"]
 

@@ -29,8 +29,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from simulator.errors import InputError
-from simulator.fitted import (
+from simulator.cost.fitted import (
     FEATURES,
     FeatureScales,
     FitResult,
@@ -40,7 +39,8 @@ from simulator.fitted import (
     load_preset,
     uniform_features,
 )
-from simulator.presets import load_hardware, load_model
+from simulator.cost.presets import load_hardware, load_model
+from simulator.errors import InputError
 
 __all__ = [
     "MEAS_COLUMNS",

@@ -24,9 +24,9 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from simulator.batch import Batch
+from simulator.cost.batch import Batch
+from simulator.cost.presets import HardwareSpec, ModelSpec, configs_dir, load_yaml_model
 from simulator.errors import InputError
-from simulator.presets import HardwareSpec, ModelSpec, configs_dir, load_yaml_model
 
 __all__ = [
     "FEATURES",

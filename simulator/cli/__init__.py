@@ -59,7 +59,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     """Simulate one scenario and write its tables, summary, resolved scenario and plots."""
     from simulator.config import load_scenario, parse_overrides
-    from simulator.outdir import atomic_dir, check_out_dir, default_out_dir, reserve_out_dir
+    from simulator.results.outdir import atomic_dir, check_out_dir, default_out_dir, reserve_out_dir
     from simulator.runner import resolve, run, write_result
 
     cfg = resolve(load_scenario(args.scenario, parse_overrides(args.set)))
@@ -86,9 +86,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Check a scenario (presets and input files too) and print it resolved, every default
     spelled out."""
     from simulator.config import dump_scenario, load_scenario, parse_overrides
-    from simulator.cost_model import build_cost_model
+    from simulator.cost.roofline import build_cost_model
     from simulator.runner import resolve
-    from simulator.workload import check_inputs
+    from simulator.workload.synthetic import check_inputs
 
     cfg = resolve(load_scenario(args.scenario, parse_overrides(args.set)))
     # what run would fail on before simulating: presets, their fit (tp), and input files
@@ -101,8 +101,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_presets(args: argparse.Namespace) -> int:
     """List the model, hardware and fitted cost-model presets."""
-    from simulator.fitted import list_fitted, load_preset
-    from simulator.presets import list_presets, load_hardware, load_model
+    from simulator.cost.fitted import list_fitted, load_preset
+    from simulator.cost.presets import list_presets, load_hardware, load_model
 
     presets = list_presets()
     print("models:")
@@ -134,7 +134,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     again. The source is raw.githubusercontent.com, or a mirror laid out as
     BASE/OWNER/REPO/COMMIT/PATH named by --base-url or $SERVESIM_DATA_URL (file:// works).
     """
-    from simulator.datasets import fetch, format_listing, select
+    from simulator.workload.datasets import fetch, format_listing, select
 
     if args.list:
         # a listing with no names shows everything, not just the default selection
@@ -149,14 +149,14 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run the cartesian product of grids in parallel processes."""
-    from simulator.sweep import cmd_sweep as sweep
+    from simulator.explore.sweep import cmd_sweep as sweep
 
     return sweep(args)
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """Redraw the plots of a run folder or a sweep folder."""
-    from simulator.sweep import cmd_plot as plot
+    from simulator.explore.sweep import cmd_plot as plot
 
     return plot(args)
 
@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     p.set_defaults(func=cmd_fetch)
 
-    from simulator.calibration import add_subcommands
+    from simulator.cost.calibration.fit import add_subcommands
 
     add_subcommands(sub)
     return parser

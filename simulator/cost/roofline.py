@@ -12,10 +12,10 @@ from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from simulator.batch import Batch
+from simulator.cost.batch import Batch
+from simulator.cost.fitted import FittedCostConfig, load_fitted
+from simulator.cost.presets import HardwareSpec, ModelSpec, load_hardware, load_model
 from simulator.errors import InputError, in_field
-from simulator.fitted import FittedCostConfig, load_fitted
-from simulator.presets import HardwareSpec, ModelSpec, load_hardware, load_model
 
 __all__ = [
     "CostModel",

@@ -1,0 +1,1 @@
+"""Calibration: fitting the ``fitted`` cost model to measured step times."""

@@ -1,0 +1,1 @@
+"""Results on disk: output folders written atomically."""

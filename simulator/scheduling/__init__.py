@@ -1,0 +1,1 @@
+"""Scheduling: which sequences compute how many tokens in each step (no clock, no I/O)."""

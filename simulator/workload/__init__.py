@@ -1,0 +1,1 @@
+"""Workloads: synthetic arrivals and lengths, trace readers and the public datasets."""
