@@ -59,9 +59,10 @@ CASES = {"issue": ISSUE, "vidur": VIDUR}
 def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
     """Drive only the scheduler over the same arrivals, with the same step times (no simpy,
     no Batch, no recording): the floor any engine built on this scheduler pays."""
-    from simulator.engine.simulation import _sample, _sample_many
+    from simulator.engine.tokens import sample as _sample
+    from simulator.engine.tokens import sample_many as _sample_many
     from simulator.runner import build, resolve
-    from simulator.scheduling.spec import Scheduler, Sequence
+    from simulator.scheduling.spec import Sequence, SpecScheduler
 
     cfg = resolve(scenario)
     workload, _ = build(cfg)
@@ -69,13 +70,14 @@ def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
     s = cfg.scheduler
     assert s.num_blocks is not None
     base, per_tok, per_seq = c.base_ms / 1e3, c.per_token_ms / 1e3, c.per_seq_ms / 1e3  # type: ignore[union-attr]
-    sched = Scheduler(
+    sched = SpecScheduler(
         s.num_blocks,
         s.block_size,
         s.max_num_seqs,
         s.max_num_batched_tokens,
         _sample,
         sample_many=_sample_many,
+        keep_finished=False,
     )
     arrival = workload.arrival_s.tolist()
     prompt = workload.prompt_len.tolist()
@@ -94,12 +96,10 @@ def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
         if num_seqs:
             now += base + (per_tok + per_seq) * num_seqs
             sched.finish_decode_step()
-            sched.finished.clear()
             continue
         plan = sched.schedule()
-        now += base + per_tok * sum(plan.values()) + per_seq * len(plan)
+        now += base + per_tok * sum(plan.num_new_tokens) + per_seq * len(plan)
         sched.update()
-        sched.finished.clear()
     elapsed = time.perf_counter() - start
     return elapsed, steps
 

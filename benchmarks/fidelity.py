@@ -41,7 +41,7 @@ from simulator.cost.calibration.fit import (  # noqa: E402
 from simulator.cost.fitted import FittedCostModel, FittedPreset  # noqa: E402
 from simulator.cost.presets import load_hardware, load_model  # noqa: E402
 from simulator.cost.roofline import RooflineCostConfig, RooflineCostModel  # noqa: E402
-from simulator.scheduling.spec import Scheduler, Sequence  # noqa: E402
+from simulator.scheduling.spec import Sequence, SpecScheduler  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 FITTED = ROOT / "configs" / "fitted"
@@ -202,7 +202,7 @@ def simulate_batch_run(model: FittedCostModel, b: int, p: int, t: int) -> float:
     """ms for B requests of P prompt and T output tokens arriving together (one prefill step,
     then decode steps), driven through the real scheduler with ample blocks and budget."""
     block = 16
-    sched = Scheduler(
+    sched = SpecScheduler(
         num_blocks=b * (-(-(p + t) // block)) + 1,
         block_size=block,
         max_num_seqs=b,
@@ -373,7 +373,7 @@ def error_tables(groups: list[GroupResult], kinds: tuple[str, ...]) -> str:
 
 def coefficient_table(groups: list[GroupResult]) -> str:
     """Markdown: fitted coefficients and knee per preset."""
-    from simulator.cost.fitted import FEATURES
+    from simulator.cost.features import FEATURES
 
     head = ["preset", *FEATURES, "knee_tokens", "zero-weight rows"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

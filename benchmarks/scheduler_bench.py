@@ -9,13 +9,13 @@ import argparse
 import platform
 import time
 
-from simulator.scheduling.spec import Scheduler, Sequence
+from simulator.scheduling.spec import Sequence, SpecScheduler
 
 
 def bench(num_seqs: int, steps: int, prompt_len: int, block_size: int, deferred: bool) -> float:
     """Steps/s of ``num_seqs`` sequences decoding for ``steps`` steps, through
     schedule()+update() or, with ``deferred``, decode_step() (settled by one final schedule())."""
-    sched = Scheduler(
+    sched = SpecScheduler(
         num_blocks=num_seqs * ((prompt_len + steps) // block_size + 2),
         block_size=block_size,
         max_num_seqs=num_seqs,

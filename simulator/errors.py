@@ -1,7 +1,9 @@
-"""The one exception type that the CLI turns into a one-line message and exit code 2."""
+"""What the user is told: the one exception type that the CLI turns into a one-line message and
+exit code 2, and one-line warnings."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -20,3 +22,8 @@ def in_field(field: str, load: Callable[[_A], _T], arg: _A) -> _T:
         return load(arg)
     except InputError as err:
         raise InputError(f"{field}: {err}") from None
+
+
+def warn(message: str) -> None:
+    """One line on stderr."""
+    print(f"servesim: warning: {message}", file=sys.stderr)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.workload.synthetic import Workload
+from simulator.workload.workload import Workload
 
 REQUEST_COLUMNS = [
     "request_id",

@@ -16,11 +16,14 @@ import numpy as np
 
 from simulator import __version__
 from simulator.config import ScenarioConfig, dump_scenario, load_scenario, validate
+from simulator.cost import CostModel, RooflineCostConfig, build_cost_model
 from simulator.cost.fitted import FittedCostConfig, load_preset
-from simulator.cost.roofline import CostModel, RooflineCostConfig, build_cost_model
-from simulator.engine.simulation import Simulation, SimulationResult, warn
-from simulator.errors import InputError, in_field
-from simulator.workload.synthetic import Workload, generate
+from simulator.engine.result import SimulationResult
+from simulator.engine.simulation import Simulation
+from simulator.engine.tokens import sample, sample_many
+from simulator.errors import InputError, in_field, warn
+from simulator.scheduling import make_scheduler
+from simulator.workload import Workload, generate
 
 
 def resolve_num_blocks(cfg: ScenarioConfig) -> int:
@@ -97,10 +100,7 @@ def run(
         sim = Simulation(
             workload,
             cost_model,
-            num_blocks=cfg.scheduler.num_blocks,
-            block_size=cfg.scheduler.block_size,
-            max_num_seqs=cfg.scheduler.max_num_seqs,
-            max_num_batched_tokens=cfg.scheduler.max_num_batched_tokens,
+            make_scheduler(cfg.scheduler, sample, sample_many),
             slo=slo,
             progress=tick,
             fast_decode=fast_decode,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 
-from simulator.scheduling.spec import Scheduler, Sequence, SequenceStatus
+from simulator.scheduling.spec import Sequence, SequenceStatus, SpecScheduler
 
 
 def base_sampler(bases: dict[Hashable, int]) -> Callable[[Sequence], int]:
@@ -17,7 +17,7 @@ def base_sampler(bases: dict[Hashable, int]) -> Callable[[Sequence], int]:
 
 
 def check_invariants(
-    sched: Scheduler,
+    sched: SpecScheduler,
     plan: dict[Hashable, int] | None,
     all_seqs: list[Sequence],
     outputs_before: dict[Hashable, list[int]] | None = None,
@@ -66,10 +66,12 @@ def check_invariants(
             assert next(s for s in all_seqs if s.seq_id == i).status is status
 
 
-def step(sched: Scheduler, all_seqs: list[Sequence]) -> tuple[dict[Hashable, int], list[Sequence]]:
+def step(
+    sched: SpecScheduler, all_seqs: list[Sequence]
+) -> tuple[dict[Hashable, int], list[Sequence]]:
     """One ``schedule()`` + ``update()``, with the invariants checked after each half."""
     before = {s.seq_id: list(s.output) for s in all_seqs}
-    plan = sched.schedule()
+    plan = sched.schedule().num_scheduled_tokens
     check_invariants(sched, plan, all_seqs, before)
     done = sched.update()
     check_invariants(sched, None, all_seqs, before)

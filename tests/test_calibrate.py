@@ -23,18 +23,15 @@ from simulator.cost.calibration.fit import (
     read_measurements,
     step_kinds,
 )
+from simulator.cost.calibration.robust_fit import fit_preset_coefficients
+from simulator.cost.features import FEATURES, FeatureScales, batch_features, uniform_features
 from simulator.cost.fitted import (
-    FEATURES,
-    FeatureScales,
     FittedCostConfig,
     FittedCostModel,
     FittedPreset,
-    batch_features,
-    fit_preset_coefficients,
     list_fitted,
     load_fitted,
     load_preset,
-    uniform_features,
 )
 from simulator.cost.presets import load_hardware, load_model
 from simulator.errors import InputError

@@ -11,9 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from simulator.cost.batch import Batch
-from simulator.cost.fitted import FittedCostConfig
-from simulator.cost.roofline import (
+from simulator.cost import (
     CostModelConfig,
     LinearCostConfig,
     LinearCostModel,
@@ -21,6 +19,8 @@ from simulator.cost.roofline import (
     RooflineCostModel,
     build_cost_model,
 )
+from simulator.cost.batch import Batch
+from simulator.cost.fitted import FittedCostConfig
 from simulator.errors import InputError
 from tests.paths import DATA
 

@@ -230,7 +230,7 @@ def test_deferred_decode_windows_change_nothing(over: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("chunk", [1, 7, 100, 1 << 18])
 def test_token_times_match_a_plain_replay_whatever_the_chunk(chunk: int) -> None:
-    from simulator.engine.simulation import token_times
+    from simulator.engine.recorder import token_times
 
     rng = np.random.default_rng(0)
     n, num_steps = 50, 400
@@ -273,7 +273,9 @@ def test_rejections_are_warned_about_once(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_the_inlined_samplers_give_token_for() -> None:
-    from simulator.engine.simulation import _sample, _sample_many, token_for
+    from simulator.engine.tokens import sample as _sample
+    from simulator.engine.tokens import sample_many as _sample_many
+    from simulator.engine.tokens import token_for
     from simulator.scheduling.sequence import Sequence
 
     for rid in (0, 1, 4_321, 10**6):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.scheduling.spec import Scheduler, Sequence, SequenceStatus
+from simulator.scheduling.spec import Sequence, SequenceStatus, SpecScheduler
 from tests.scheduler_helpers import step
 
 EOS = -1
@@ -37,10 +37,10 @@ def sampler(reqs: dict[Hashable, Req]):  # type: ignore[no-untyped-def]
 
 def run(
     reqs: list[Req], num_blocks: int, block_size: int, budget: int, max_seqs: int, check: bool
-) -> tuple[dict[Hashable, list[int]], list[Hashable], Scheduler]:
+) -> tuple[dict[Hashable, list[int]], list[Hashable], SpecScheduler]:
     """Drive a workload to completion; return outputs, first-admission order and the scheduler."""
     by_id: dict[Hashable, Req] = {i: r for i, r in enumerate(reqs)}
-    sched = Scheduler(num_blocks, block_size, max_seqs, budget, sampler(by_id), EOS)
+    sched = SpecScheduler(num_blocks, block_size, max_seqs, budget, sampler(by_id), EOS)
     pending = sorted(by_id.items(), key=lambda kv: (kv[1].arrive_step, kv[0]))
     added: list[Sequence] = []
     first_admitted: list[Hashable] = []
@@ -56,7 +56,7 @@ def run(
         if check:
             plan, _ = step(sched, added)
         else:
-            plan = sched.schedule()
+            plan = sched.schedule().num_scheduled_tokens
             sched.update()
         for sid in plan:
             if sid not in seen:
@@ -119,7 +119,7 @@ def test_invariants_termination_and_invisible_preemption(
 def test_add_rejects_exactly_the_sequences_that_can_never_fit(
     num_blocks: int, block_size: int, prompt: int, max_tokens: int
 ) -> None:
-    sched = Scheduler(num_blocks, block_size, 4, 64, sample_fn=lambda s: 0)
+    sched = SpecScheduler(num_blocks, block_size, 4, 64, sample_fn=lambda s: 0)
     fits = -(-(prompt + max_tokens - 1) // block_size) <= num_blocks
     try:
         sched.add(Sequence("s", prompt, max_tokens))
@@ -146,7 +146,7 @@ def trace_run(
         del seq.output[-k:]
         return out
 
-    sched = Scheduler(
+    sched = SpecScheduler(
         num_blocks, block_size, max_seqs, budget, sample, None, sample_many=sample_many
     )
     pending = sorted(by_id.items(), key=lambda kv: (kv[1].arrive_step, kv[0]))
@@ -160,12 +160,16 @@ def trace_run(
             i, r = pending.pop(0)
             added.append(Sequence(i, r.prompt_len, r.max_tokens))
             sched.add(added[-1])
-        batch = [s.seq_id for s in sched.running]
+        # queue lengths as the engine reads them: without settling deferred steps
+        num_running, num_waiting = sched.num_running, sched.num_waiting
         num_seqs, context = sched.decode_step() if fast else (0, 0)
-        plan = dict.fromkeys(batch, 1) if num_seqs else sched.schedule()
-        if not num_seqs:  # the KV tokens the step's sequences hold before it
-            context = sum(s.num_computed for s in sched.planned)
-        trace.append((plan, context, sched.blocks_used, len(sched.running), len(sched.waiting)))
+        if num_seqs:
+            plan = dict.fromkeys(sched.decode_batch_ids(), 1)
+        else:
+            step_plan = sched.schedule()
+            plan = step_plan.num_scheduled_tokens
+            context = sum(step_plan.context_lens)  # the KV tokens they hold before the step
+        trace.append((plan, context, sched.blocks_used, num_running, num_waiting))
         trace.append((sched.num_preemptions,))
         done = sched.finish_decode_step() if num_seqs else sched.update()
         trace.append(tuple(s.seq_id for s in done))
@@ -186,7 +190,7 @@ def test_deferred_decode_steps_equal_scheduled_ones(
 
 
 def test_decode_steps_are_deferred_and_settled_exactly() -> None:
-    sched = Scheduler(
+    sched = SpecScheduler(
         100,
         4,
         8,
@@ -199,16 +203,22 @@ def test_decode_steps_are_deferred_and_settled_exactly() -> None:
         sched.add(Sequence(i, 5, 10))
     sched.schedule()
     sched.update()
+    seqs = list(sched.running)
     assert sched.decode_step() == (3, 15)  # 3 sequences, 5 tokens each in KV
     assert sched.decode_step() == (3, 18)
-    assert sched.running[0].num_computed == 5  # deferred until the next schedule()
+    assert seqs[0].num_computed == 5  # deferred: the sequences are not touched yet
     assert sched.blocks_used == 3 * 2  # but blocks are taken at once: 7 tokens need 2 blocks
-    assert sched.schedule() == {0: 1, 1: 1, 2: 1}
+    # reading the running sequences settles them: public state is never stale
     assert [s.num_computed for s in sched.running] == [7, 7, 7]
+    assert sum(s.num_blocks for s in sched.running) == sched.blocks_used
     assert sched.running[0].output == [0, 1, 2]
+    assert sched.decode_step() == (3, 21)  # a new deferred run starts from the settled state
+    assert sched.schedule().num_scheduled_tokens == {0: 1, 1: 1, 2: 1}
+    assert [s.num_computed for s in sched.running] == [8, 8, 8]
+    assert sched.running[0].output == [0, 1, 2, 3]
     sched.update()
     # EOS can only be seen by sampling, so a scheduler with one never defers
-    eos = Scheduler(100, 4, 8, 64, lambda s: 0, 7, sample_many=lambda s, k: [0] * k)
+    eos = SpecScheduler(100, 4, 8, 64, lambda s: 0, 7, sample_many=lambda s, k: [0] * k)
     eos.add(Sequence("x", 5, 10))
     eos.schedule()
     eos.update()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.scheduling.spec import Scheduler, Sequence, SequenceStatus
+from simulator.scheduling.spec import Sequence, SequenceStatus, SpecScheduler
 from tests.scheduler_helpers import base_sampler, step
 
 AMPLE = 10_000
@@ -19,11 +19,11 @@ def make(
     budget: int = AMPLE,
     eos: int | None = None,
     bases: dict[str, int] | None = None,
-) -> tuple[Scheduler, list[Sequence]]:
+) -> tuple[SpecScheduler, list[Sequence]]:
     """A scheduler with the spec's sampler (bases 100, 200, 300, ...) and sequences added."""
     seqs = [Sequence(name, p, m) for name, p, m in specs]
     bases = bases or {s.seq_id: 100 * (i + 1) for i, s in enumerate(seqs)}
-    sched = Scheduler(num_blocks, block_size, max_num_seqs, budget, base_sampler(bases), eos)
+    sched = SpecScheduler(num_blocks, block_size, max_num_seqs, budget, base_sampler(bases), eos)
     for s in seqs:
         sched.add(s)
     return sched, seqs
@@ -102,7 +102,7 @@ def test_example_3_fcfs_head_of_line_blocking() -> None:
         [("a1", 9, 1), ("a2", 9, 1), ("a3", 1, 1)], num_blocks=5, block_size=4, budget=100
     )
     plan = sched.schedule()
-    assert plan == {"a1": 9}
+    assert plan.num_scheduled_tokens == {"a1": 9}
     assert sched.blocks_used == 3
     assert [s.seq_id for s in sched.waiting] == ["a2", "a3"]
 
@@ -145,7 +145,7 @@ def test_example_5_eos_ends_early_and_frees_blocks() -> None:
 
 def test_schedule_returns_a_copy() -> None:
     sched, _ = make([("a", 3, 2)])
-    plan = sched.schedule()
+    plan = sched.schedule().num_scheduled_tokens
     plan["a"] = 99
     sched.update()
     assert sched.running[0].num_computed == 3
@@ -177,7 +177,7 @@ def test_constructor_rejects_non_positive_sizes(kwargs: dict[str, int], name: st
     args = {"num_blocks": 4, "block_size": 4, "max_num_seqs": 4, "max_num_batched_tokens": 4}
     args.update(kwargs)
     with pytest.raises(ValueError, match=name):
-        Scheduler(**args, sample_fn=lambda s: 0)
+        SpecScheduler(**args, sample_fn=lambda s: 0)
 
 
 @pytest.mark.parametrize(
@@ -189,15 +189,17 @@ def test_sequence_rejects_non_positive_lengths(prompt: int, max_tokens: int, nam
 
 
 def test_never_fitting_sequence_is_rejected_with_numbers() -> None:
-    sched = Scheduler(2, 4, 4, 64, sample_fn=lambda s: 0)
+    sched = SpecScheduler(2, 4, 4, 64, sample_fn=lambda s: 0)
     sched.add(Sequence("fits", 4, 5))  # 4 + 5 - 1 = 8 tokens = 2 blocks: fits exactly
-    with pytest.raises(ValueError, match=r"'big'.*4 \+ max_tokens 6 - 1 = 9 tokens need 3 blocks"):
+    with pytest.raises(
+        ValueError, match=r"'big'.*3 KV blocks for 9 tokens \(prompt 4 \+ output 6 - 1\)"
+    ):
         sched.add(Sequence("big", 4, 6))
     assert [s.seq_id for s in sched.waiting] == ["fits"]
 
 
 def test_adding_the_same_sequence_twice_is_an_error() -> None:
-    sched = Scheduler(8, 4, 4, 64, sample_fn=lambda s: 0)
+    sched = SpecScheduler(8, 4, 4, 64, sample_fn=lambda s: 0)
     sched.add(Sequence(1, 4, 2))
     with pytest.raises(ValueError, match="already added"):
         sched.add(Sequence(1, 3, 2))

@@ -11,15 +11,8 @@ from pydantic import TypeAdapter, ValidationError
 from scipy import stats
 
 from simulator.errors import InputError
-from simulator.workload.synthetic import (
-    ArrivalConfig,
-    LengthConfig,
-    Workload,
-    WorkloadConfig,
-    arrival_times,
-    generate,
-    sample_lengths,
-)
+from simulator.workload import Workload, WorkloadConfig, arrival_times, generate, sample_lengths
+from simulator.workload.config import ArrivalConfig, LengthConfig
 from tests.paths import DATA
 
 SHAREGPT = DATA / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"

@@ -86,9 +86,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Check a scenario (presets and input files too) and print it resolved, every default
     spelled out."""
     from simulator.config import dump_scenario, load_scenario, parse_overrides
-    from simulator.cost.roofline import build_cost_model
+    from simulator.cost import build_cost_model
     from simulator.runner import resolve
-    from simulator.workload.synthetic import check_inputs
+    from simulator.workload import check_inputs
 
     cfg = resolve(load_scenario(args.scenario, parse_overrides(args.set)))
     # what run would fail on before simulating: presets, their fit (tp), and input files

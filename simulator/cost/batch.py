@@ -2,39 +2,45 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import mul
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 
 @dataclass(frozen=True, slots=True)
 class Batch:
     """One step's work: for each scheduled sequence, the tokens it computes now
     (``new_tokens[i]``) and the tokens already in its KV cache before the step
-    (``context_lens[i]``). A decode has ``new_tokens == 1``; a prefill chunk more."""
+    (``context_lens[i]``). A decode has ``new_tokens == 1``; a prefill chunk more.
+    (Lists are taken as they are, not copied: do not change them.)"""
 
-    new_tokens: tuple[int, ...]
-    context_lens: tuple[int, ...]
+    new_tokens: Sequence[int]
+    context_lens: Sequence[int]
 
     @property
     def num_seqs(self) -> int:
         """Sequences in the step."""
         return len(self.new_tokens)
 
-    @property
-    def num_tokens(self) -> int:
-        """Tokens computed in the step (prefill chunks plus decodes)."""
-        return sum(self.new_tokens)
-
-    @property
-    def num_context_tokens(self) -> int:
-        """Tokens already in KV, summed over the batch."""
-        return sum(self.context_lens)
-
-    @property
-    def num_decode_seqs(self) -> int:
-        """Sequences computing exactly one token (decodes)."""
-        return sum(1 for n in self.new_tokens if n == 1)
+    def attention_pairs(self) -> int:
+        """Causal (query, key) pairs of the step: each sequence's ``n`` new queries see its
+        ``c`` cached keys and a causal triangle of the chunk, ``n * c + n (n + 1) / 2``."""
+        new, ctx = self.new_tokens, self.context_lens
+        # summed as dot products: map(mul) runs in C, ~10x faster than a Python loop
+        return sum(map(mul, new, ctx)) + (sum(map(mul, new, new)) + sum(new)) // 2
 
     @classmethod
     def uniform(cls, num_seqs: int, new_tokens: int, context_len: int) -> Batch:
         """``num_seqs`` identical sequences (the shape of a profiled step)."""
         return cls((new_tokens,) * num_seqs, (context_len,) * num_seqs)
+
+
+def uniform_attention_pairs(
+    num_seqs: ArrayLike, new_tokens: ArrayLike, context_len: ArrayLike
+) -> NDArray[np.float64]:
+    """``Batch.attention_pairs`` of uniform batches, vectorised over arrays of shapes."""
+    b, n, c = (np.asarray(x, dtype=float) for x in (num_seqs, new_tokens, context_len))
+    return np.asarray(b * (n * c + n * (n + 1) / 2), dtype=float)

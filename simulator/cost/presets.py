@@ -118,6 +118,12 @@ class ModelSpec(BaseModel):
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
 
     @property
+    def attention_flops_per_pair(self) -> float:
+        """Attention FLOPs of one (query, key) pair over all layers: QK^T and AV, 2 matmuls x
+        2 FLOPs per multiply-add, per head."""
+        return 4.0 * self.num_layers * self.num_heads * self.head_dim
+
+    @property
     def flops_per_token_matmul(self) -> float:
         """Dense-matmul FLOPs to compute one token (2 per multiply-add per matmul weight)."""
         return 2.0 * self.matmul_params
@@ -151,7 +157,8 @@ def configs_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "configs"
 
 
-def _names_in(kind: str) -> list[str]:
+def preset_names(kind: str) -> list[str]:
+    """Names of the shipped presets of ``kind`` (``models``, ``hardware``, ``fitted``), sorted."""
     folder = configs_dir() / kind
     if not folder.is_dir():
         return []
@@ -160,7 +167,10 @@ def _names_in(kind: str) -> list[str]:
 
 def list_presets() -> dict[str, list[str]]:
     """Known preset names, sorted: ``{"models": [...], "hardware": [...]}``."""
-    return {"models": _names_in("models"), "hardware": _names_in("hardware")}
+    return {"models": preset_names("models"), "hardware": preset_names("hardware")}
+
+
+_NOUNS = {"models": "model", "hardware": "hardware", "fitted": "fitted"}
 
 
 def _looks_like_path(name_or_path: str) -> bool:
@@ -172,19 +182,19 @@ def _looks_like_path(name_or_path: str) -> bool:
     )
 
 
-def _resolve(kind: str, name_or_path: str) -> Path:
-    """Preset name or explicit path -> the YAML file to read."""
+def resolve_preset(kind: str, name_or_path: str) -> Path:
+    """A preset name (``configs/<kind>/<name>.yaml``) or an explicit YAML path -> the file."""
+    noun = _NOUNS[kind]
     if _looks_like_path(name_or_path):
         path = Path(name_or_path)
         if not path.is_file():
-            raise InputError(f"{kind.removesuffix('s')} file {name_or_path}: not found")
+            raise InputError(f"{noun} file {name_or_path}: not found")
         return path
     for suffix in _YAML_SUFFIXES:
         candidate = configs_dir() / kind / f"{name_or_path}{suffix}"
         if candidate.is_file():
             return candidate
-    known = ", ".join(_names_in(kind)) or "none"
-    noun = kind.removesuffix("s")  # folder "models" -> "model preset"
+    known = ", ".join(preset_names(kind)) or "none"
     raise InputError(f"unknown {noun} preset {name_or_path!r}; known: {known}")
 
 
@@ -219,12 +229,12 @@ def load_yaml_model(path: Path, cls: type[_M]) -> _M:
 
 def load_model(name_or_path: str) -> ModelSpec:
     """Model shape from a preset name (``configs/models/<name>.yaml``) or a YAML path."""
-    return load_yaml_model(_resolve("models", name_or_path), ModelSpec)
+    return load_yaml_model(resolve_preset("models", name_or_path), ModelSpec)
 
 
 def load_hardware(name_or_path: str) -> HardwareSpec:
     """GPU spec from a preset name (``configs/hardware/<name>.yaml``) or a YAML path."""
-    return load_yaml_model(_resolve("hardware", name_or_path), HardwareSpec)
+    return load_yaml_model(resolve_preset("hardware", name_or_path), HardwareSpec)
 
 
 def derive_num_blocks(

@@ -1,79 +1,22 @@
-"""Step-time cost models: how long one scheduler step takes on the GPU(s).
+"""The ``roofline`` cost model: a step's FLOPs and bytes against a GPU's peak compute and
+HBM bandwidth (formulas, symbols and a worked example: ``docs/cost_models.md``).
 
-Formulas, symbols and a worked example are in ``docs/cost_models.md``. ``step_time`` is called
-once per simulated step, so each model folds everything it can into constants at construction
-and walks the batch once.
+``step_time`` is called once per simulated step, so the model folds everything it can into
+constants at construction and walks the batch once.
 """
 
 from __future__ import annotations
 
-from operator import mul
-from typing import Annotated, Literal, Protocol
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.cost.batch import Batch
-from simulator.cost.fitted import FittedCostConfig, load_fitted
-from simulator.cost.presets import HardwareSpec, ModelSpec, load_hardware, load_model
-from simulator.errors import InputError, in_field
-
-__all__ = [
-    "CostModel",
-    "CostModelConfig",
-    "LinearCostConfig",
-    "LinearCostModel",
-    "RooflineCostConfig",
-    "RooflineCostModel",
-    "build_cost_model",
-]
+from simulator.cost.interface import CostModel
+from simulator.cost.presets import HardwareSpec, ModelSpec
+from simulator.errors import InputError
 
 _MS = 1e-3
-
-
-class CostModel(Protocol):
-    """Anything that times a step."""
-
-    def step_time(self, batch: Batch) -> float:
-        """Seconds the step takes; > 0 for a non-empty batch."""
-        ...
-
-
-class DecodeCostModel(CostModel, Protocol):
-    """A cost model that can also time an all-decode step from two sums (the engine's fast
-    path); ``decode_time(n, c)`` must equal ``step_time`` of any batch of ``n`` one-token
-    sequences whose contexts add up to ``c``, to the last bit."""
-
-    def decode_time(self, num_seqs: int, context: int) -> float:
-        """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in all."""
-        ...
-
-
-class LinearCostConfig(BaseModel):
-    """Step time as a linear function of the batch's token, sequence and context counts."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    type: Literal["linear"] = "linear"
-    """Discriminator of the cost-model union."""
-    base_ms: float = Field(default=0.0, ge=0)
-    """Fixed cost of every step (launch, scheduling, sampling), ms."""
-    per_token_ms: float = Field(default=0.0, ge=0)
-    """Cost per computed token (sum of ``new_tokens``), ms."""
-    per_seq_ms: float = Field(default=0.0, ge=0)
-    """Cost per scheduled sequence, ms."""
-    per_context_token_ms: float = Field(default=0.0, ge=0)
-    """Cost per token already in KV cache (attention reads), ms."""
-
-    @model_validator(mode="after")
-    def _some_positive(self) -> LinearCostConfig:
-        # Every scheduled sequence computes >= 1 token, so one of these > 0 guarantees a
-        # positive step time; per_context_token_ms alone would time a fresh prefill at 0.
-        if self.base_ms <= 0 and self.per_token_ms <= 0 and self.per_seq_ms <= 0:
-            raise ValueError(
-                "at least one of base_ms, per_token_ms, per_seq_ms must be > 0 "
-                "(a step would otherwise take no time)"
-            )
-        return self
 
 
 class RooflineCostConfig(BaseModel):
@@ -101,40 +44,10 @@ class RooflineCostConfig(BaseModel):
     """Fixed latency of one all-reduce (two per layer when ``tp > 1``), microseconds."""
 
 
-CostModelConfig = Annotated[
-    LinearCostConfig | RooflineCostConfig | FittedCostConfig,
-    Field(discriminator="type"),
-]
-"""Any cost-model config, told apart by its ``type`` field."""
-
-
-class LinearCostModel:
-    """``base + per_token * tokens + per_seq * seqs + per_context_token * context`` (ms)."""
-
-    def __init__(self, cfg: LinearCostConfig) -> None:
-        """Store the coefficients in seconds."""
-        self.cfg = cfg
-        self._base = cfg.base_ms * _MS
-        self._per_token = cfg.per_token_ms * _MS
-        self._per_seq = cfg.per_seq_ms * _MS
-        self._per_ctx = cfg.per_context_token_ms * _MS
-
-    def step_time(self, batch: Batch) -> float:
-        """Seconds the step takes."""
-        return self._time(sum(batch.new_tokens), len(batch.new_tokens), sum(batch.context_lens))
-
-    def decode_time(self, num_seqs: int, context: int) -> float:
-        """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in all."""
-        return self._time(num_seqs, num_seqs, context)
-
-    def _time(self, tokens: int, seqs: int, context: int) -> float:
-        return (
-            self._base + self._per_token * tokens + self._per_seq * seqs + self._per_ctx * context
-        )
-
-
-class RooflineCostModel:
+class RooflineCostModel(CostModel):
     """``max(FLOPs / compute rate, bytes / memory rate) + all-reduce + overhead`` per GPU."""
+
+    times_decodes_from_sums = True
 
     def __init__(self, cfg: RooflineCostConfig, model: ModelSpec, hw: HardwareSpec) -> None:
         """Fold the model shape, GPU and efficiencies into per-token and per-step constants."""
@@ -146,8 +59,7 @@ class RooflineCostModel:
         self.cfg, self.model, self.hw = cfg, model, hw
         tp = cfg.tp
         self._mm_flops_per_token = model.flops_per_token_matmul / tp
-        # QK^T and AV: 2 matmuls x 2 FLOPs per multiply-add, per (query, key) pair, per head.
-        self._attn_flops_per_pair = 4.0 * model.num_layers * model.num_heads * model.head_dim / tp
+        self._attn_flops_per_pair = model.attention_flops_per_pair / tp
         self._weight_bytes = model.weight_bytes / tp
         self._kv_bytes_per_token = model.kv_bytes_per_token / tp
         self._compute_rate = hw.peak_flops * cfg.compute_efficiency
@@ -172,12 +84,7 @@ class RooflineCostModel:
     @staticmethod
     def _sums(batch: Batch) -> tuple[int, int, int]:
         """(new tokens, context tokens, causal query-key pairs) of the batch."""
-        new, ctx_lens = batch.new_tokens, batch.context_lens
-        tokens = sum(new)
-        # n new queries see all c cached keys plus a causal triangle n (n + 1) / 2 of the chunk;
-        # summed as dot products because map(mul) runs in C, ~10x faster than a Python loop.
-        pairs = sum(map(mul, new, ctx_lens)) + (sum(map(mul, new, new)) + tokens) // 2
-        return tokens, sum(ctx_lens), pairs
+        return sum(batch.new_tokens), sum(batch.context_lens), batch.attention_pairs()
 
     def step_time(self, batch: Batch) -> float:
         """Seconds the step takes."""
@@ -214,16 +121,3 @@ class RooflineCostModel:
             "t_overhead": self._overhead,
             "t": max(t_compute, t_memory) + t_comm + self._overhead,
         }
-
-
-def build_cost_model(cfg: CostModelConfig) -> CostModel:
-    """The cost model a validated config describes (presets are loaded here)."""
-    if isinstance(cfg, LinearCostConfig):
-        return LinearCostModel(cfg)
-    if isinstance(cfg, RooflineCostConfig):
-        model = in_field("cost_model.model", load_model, cfg.model)
-        hardware = in_field("cost_model.hardware", load_hardware, cfg.hardware)
-        return RooflineCostModel(cfg, model, hardware)
-    if isinstance(cfg, FittedCostConfig):
-        return in_field("cost_model.path", load_fitted, cfg)
-    raise InputError(f"cost_model: unsupported type {type(cfg).__name__}")

@@ -1,1 +1,54 @@
-"""Scheduling: which sequences compute how many tokens in each step (no clock, no I/O)."""
+"""Scheduling: which sequences compute how many tokens in each step (no clock, no I/O).
+
+``make_scheduler`` builds the policy a scenario names; each policy implements the
+``Scheduler`` interface of ``interface.py`` and returns a ``StepPlan`` per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from simulator.scheduling.config import SchedulerConfig
+from simulator.scheduling.interface import ManySampler, Sampler, Scheduler, StepPlan
+from simulator.scheduling.sequence import Sequence, SequenceStatus
+from simulator.scheduling.spec import SpecScheduler
+
+__all__ = [
+    "POLICIES",
+    "ManySampler",
+    "Sampler",
+    "Scheduler",
+    "SchedulerConfig",
+    "Sequence",
+    "SequenceStatus",
+    "SpecScheduler",
+    "StepPlan",
+    "make_scheduler",
+]
+
+
+def _spec(cfg: SchedulerConfig, sample: Sampler, sample_many: ManySampler | None) -> Scheduler:
+    assert cfg.num_blocks is not None, "resolve the scenario first (num_blocks)"
+    return SpecScheduler(
+        cfg.num_blocks,
+        cfg.block_size,
+        cfg.max_num_seqs,
+        cfg.max_num_batched_tokens,
+        sample,
+        sample_many=sample_many,
+        keep_finished=False,
+    )
+
+
+POLICIES: dict[str, Callable[[SchedulerConfig, Sampler, ManySampler | None], Scheduler]] = {
+    "spec": _spec,
+}
+"""Policy name (``scheduler.policy``) -> how to build it from the config and a sampler."""
+
+
+def make_scheduler(
+    cfg: SchedulerConfig, sample: Sampler, sample_many: ManySampler | None = None
+) -> Scheduler:
+    """The scheduler ``cfg.policy`` names, drawing tokens from ``sample`` (and, for the
+    decode fast path, ``sample_many``)."""
+    return POLICIES[cfg.policy](cfg, sample, sample_many)

@@ -1,5 +1,6 @@
-"""The step scheduler of ``shared/spec/scheduler.md``: continuous batching, chunked prefill,
-recompute preemption under a token budget, ``max_num_seqs`` and a KV-block budget.
+"""The ``spec`` policy: the step scheduler of ``shared/spec/scheduler.md`` (docs/scheduler.md),
+continuous batching, chunked prefill, recompute preemption under a token budget,
+``max_num_seqs`` and a KV-block budget, exact to its text.
 
 A plain object with no clock, no randomness and no I/O: the engine calls ``schedule()``, lets
 the cost model time the step, then calls ``update()``.
@@ -8,20 +9,24 @@ the cost model time the step, then calls ``update()``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 
+from simulator.scheduling.block_manager import BlockManager
+from simulator.scheduling.decode_run import DecodeRun
+from simulator.scheduling.interface import ManySampler, Sampler, Scheduler, StepPlan
 from simulator.scheduling.sequence import Sequence, SequenceStatus
 
-__all__ = ["Scheduler", "Sequence", "SequenceStatus"]
+__all__ = ["SpecScheduler", "Sequence", "SequenceStatus"]
 
 
-def _positive(name: str, value: int) -> int:
+def positive(name: str, value: int) -> int:
+    """``value`` if it is a positive int, else a ValueError naming ``name``."""
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return value
 
 
-class Scheduler:
+class SpecScheduler(Scheduler):
     """vLLM-v1-style step scheduler, exact to the spec."""
 
     def __init__(
@@ -30,44 +35,107 @@ class Scheduler:
         block_size: int,
         max_num_seqs: int,
         max_num_batched_tokens: int,
-        sample_fn: Callable[[Sequence], int],
+        sample_fn: Sampler,
         eos_token_id: int | None = None,
         *,
-        sample_many: Callable[[Sequence, int], list[int]] | None = None,
+        sample_many: ManySampler | None = None,
+        keep_finished: bool = True,
     ) -> None:
-        self.num_blocks = _positive("num_blocks", num_blocks)
-        self.block_size = _positive("block_size", block_size)
-        self.max_num_seqs = _positive("max_num_seqs", max_num_seqs)
-        self.max_num_batched_tokens = _positive("max_num_batched_tokens", max_num_batched_tokens)
+        self.blocks = BlockManager(
+            positive("num_blocks", num_blocks), positive("block_size", block_size)
+        )
+        """The KV-block accounting."""
+        self.max_num_seqs = positive("max_num_seqs", max_num_seqs)
+        self.max_num_batched_tokens = positive("max_num_batched_tokens", max_num_batched_tokens)
         self.sample_fn = sample_fn
         self.eos_token_id = eos_token_id
         self.sample_many = sample_many
         """``sample_many(seq, k)``: the next ``k`` tokens ``sample_fn`` would give, at once;
         enables ``decode_step()`` (with no EOS, which only sampling can reveal)."""
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
+        self.keep_finished = keep_finished
+        """Keep finished sequences in ``finished`` (False: forget them once returned)."""
+        self._waiting: deque[Sequence] = deque()
+        self._running: list[Sequence] = []
         self.finished: list[Sequence] = []
-        self.blocks_used = 0
-        self.num_preemptions = 0
+        """Finished sequences, in finishing order (only with ``keep_finished``)."""
+        self._num_preemptions = 0
         self._known: set[Hashable] = set()
-        self._scheduled: dict[Hashable, int] = {}
-        self.planned: list[Sequence] = []
-        """The sequences of the step in flight, in plan order (``update()`` empties it)."""
-        self.sampled: list[Sequence] = []
-        """Sequences that sampled a token in the last ``update()``, in plan order."""
+        self._plan: StepPlan | None = None
         self._all_decoding = False  # every running sequence sampled in the last update()
-        self._run: _DecodeRun | None = None
+        self._run: DecodeRun | None = None
         self._finishing: list[Sequence] = []  # retired by finish_decode_step()
 
-    # -- admission -------------------------------------------------------------------------
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def num_blocks(self) -> int:
+        """KV blocks in the cache."""
+        return self.blocks.num_blocks
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV block."""
+        return self.blocks.block_size
+
+    @property
+    def num_blocks_used(self) -> int:
+        """KV blocks held by running sequences."""
+        return self.blocks.num_used
+
+    @property
+    def blocks_used(self) -> int:
+        """The spec's name for ``num_blocks_used``."""
+        return self.blocks.num_used
+
+    @property
+    def num_running(self) -> int:
+        """Sequences admitted and not finished."""
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        """Sequences waiting for admission."""
+        return len(self._waiting)
+
+    @property
+    def num_preemptions(self) -> int:
+        """Preemptions so far."""
+        return self._num_preemptions
+
+    @property
+    def running(self) -> list[Sequence]:
+        """Running sequences, earliest admitted first (settles deferred decode steps)."""
+        self._settle()
+        return self._running
+
+    @property
+    def waiting(self) -> deque[Sequence]:
+        """Waiting sequences, head first."""
+        return self._waiting
+
+    def has_work(self) -> bool:
+        """Whether any sequence is waiting or running."""
+        return bool(self._waiting or self._running)
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks needed to hold ``num_tokens`` tokens of KV."""
-        return -(-num_tokens // self.block_size)
+        return self.blocks.blocks_for(num_tokens)
+
+    # -- admission -------------------------------------------------------------------------
 
     def can_ever_fit(self, seq: Sequence) -> bool:
         """Whether the sequence's largest KV footprint fits in an empty cache."""
         return self.blocks_for(seq.max_kv_tokens) <= self.num_blocks
+
+    def rejection_reason(self, seq: Sequence) -> str | None:
+        """Why ``seq`` can never fit, or None."""
+        if self.can_ever_fit(seq):
+            return None
+        return (
+            f"needs {self.blocks_for(seq.max_kv_tokens)} KV blocks for {seq.max_kv_tokens} "
+            f"tokens (prompt {seq.prompt_len} + output {seq.max_tokens} - 1), cache has "
+            f"{self.num_blocks}"
+        )
 
     def add(self, seq: Sequence) -> None:
         """Append a new sequence to the tail of ``waiting``."""
@@ -75,100 +143,91 @@ class Scheduler:
             raise ValueError(f"sequence {seq.seq_id!r} was already added")
         if seq.status is not SequenceStatus.WAITING or seq.num_computed or seq.output:
             raise ValueError(f"sequence {seq.seq_id!r} is not new (status {seq.status.value})")
-        if not self.can_ever_fit(seq):
-            raise ValueError(
-                f"sequence {seq.seq_id!r} can never fit: prompt_len {seq.prompt_len} + "
-                f"max_tokens {seq.max_tokens} - 1 = {seq.max_kv_tokens} tokens need "
-                f"{self.blocks_for(seq.max_kv_tokens)} blocks of {self.block_size}, "
-                f"but num_blocks is {self.num_blocks}"
-            )
+        reason = self.rejection_reason(seq)
+        if reason is not None:
+            raise ValueError(f"sequence {seq.seq_id!r} can never fit: {reason}")
         self._known.add(seq.seq_id)
-        self.waiting.append(seq)
+        self._waiting.append(seq)
 
-    # -- blocks ----------------------------------------------------------------------------
-
-    def _try_grow(self, seq: Sequence, num_tokens: int) -> bool:
-        """Give ``seq`` the blocks for ``num_tokens`` tokens if they fit; else change nothing."""
-        need = -(-num_tokens // self.block_size) - seq.num_blocks
-        if need <= 0:
-            return True
-        if self.blocks_used + need > self.num_blocks:
-            return False
-        seq.num_blocks += need
-        self.blocks_used += need
-        return True
-
-    def _free(self, seq: Sequence) -> None:
-        self.blocks_used -= seq.num_blocks
-        seq.num_blocks = 0
+    # -- preemption ------------------------------------------------------------------------
 
     def _preempt(self, seq: Sequence) -> None:
         """Recompute preemption: drop the KV, keep the output, back to the head of waiting."""
-        self.running.remove(seq)
-        self._free(seq)
+        self._running.remove(seq)
+        self.blocks.free(seq)
         seq.num_computed = 0
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1
-        self.num_preemptions += 1
-        self.waiting.appendleft(seq)
+        self._num_preemptions += 1
+        self._waiting.appendleft(seq)
 
-    def _make_room(self, seq: Sequence, n: int) -> bool:
+    def _make_room(self, seq: Sequence, n: int, preempted: list[Sequence]) -> bool:
         """Grow ``seq`` by ``n`` tokens, preempting from the tail of ``running`` until it fits;
         False if ``seq`` itself had to be preempted."""
-        while not self._try_grow(seq, seq.num_computed + n):
-            victim = self.running[-1]
+        while not self.blocks.grow(seq, seq.num_computed + n):
+            victim = self._running[-1]
             self._preempt(victim)
+            preempted.append(victim)
             if victim is seq:
                 return False
         return True
 
     # -- the step --------------------------------------------------------------------------
 
-    def schedule(self) -> dict[Hashable, int]:
-        """Plan one step: ``{seq_id: tokens to compute}``, running first, then FCFS admissions."""
+    def schedule(self) -> StepPlan:
+        """Plan one step: running first, then FCFS admissions, under one token budget."""
         self._settle()
         budget = self.max_num_batched_tokens
-        plan: dict[Hashable, int] = {}
-        planned: list[Sequence] = []
-        running = self.running
-        block_size = self.block_size
+        seqs: list[Sequence] = []
+        new_tokens: list[int] = []
+        context: list[int] = []
+        preempted: list[Sequence] = []
+        running = self._running
+        limit = self.block_size
         # Phase 1: an index loop, because preemption shortens ``running`` under our feet.
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
-            n = min(seq.num_tokens - seq.num_computed, budget)
+            c = seq.num_computed
+            n = min(seq.num_tokens - c, budget)
             # The common case, a decode inside its last block, needs no new block: skip the call.
-            if seq.num_computed + n > seq.num_blocks * block_size and not self._make_room(seq, n):
+            if c + n > seq.num_blocks * limit and not self._make_room(seq, n, preempted):
                 continue  # it preempted itself: running got shorter, so the index stays
-            plan[seq.seq_id] = n
-            planned.append(seq)
+            seqs.append(seq)
+            new_tokens.append(n)
+            context.append(c)
             budget -= n
             i += 1
+        num_running = len(seqs)
         # Phase 2: strictly FCFS; a head that does not fit blocks everybody behind it.
-        waiting = self.waiting
+        waiting = self._waiting
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             seq = waiting[0]
             n = min(seq.num_tokens - seq.num_computed, budget)
-            if not self._try_grow(seq, seq.num_computed + n):
+            if not self.blocks.grow(seq, seq.num_computed + n):
                 break
             waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             running.append(seq)
-            plan[seq.seq_id] = n
-            planned.append(seq)
+            seqs.append(seq)
+            new_tokens.append(n)
+            context.append(seq.num_computed)
             budget -= n
-        self._scheduled = plan
-        self.planned = planned
-        return dict(plan)
+        self._plan = plan = StepPlan(seqs, new_tokens, context, len(seqs) - num_running, preempted)
+        return plan
 
     def update(self) -> list[Sequence]:
         """Apply the last plan: advance KV, sample completed sequences, retire finished ones."""
+        plan = self._plan
+        if plan is None:
+            raise RuntimeError("update() without a schedule()")
+        self._plan = None
         done: list[Sequence] = []
-        sampled: list[Sequence] = []
+        sampled = plan.sampled
         eos = self.eos_token_id
         sample_fn = self.sample_fn
-        # ``planned`` holds the sequences themselves: finishing removes them from ``running``.
-        for seq, n in zip(self.planned, self._scheduled.values(), strict=True):
+        # The plan holds the sequences themselves: finishing removes them from ``running``.
+        for seq, n in zip(plan.seqs, plan.num_new_tokens, strict=True):
             seq.num_computed += n
             if seq.num_computed == seq.num_tokens:
                 tok = sample_fn(seq)
@@ -178,21 +237,23 @@ class Scheduler:
                 if tok == eos or len(seq.output) >= seq.max_tokens:
                     done.append(seq)
         for seq in done:
-            seq.status = SequenceStatus.FINISHED
-            self.running.remove(seq)
-            self._free(seq)
-            self.finished.append(seq)
-        self._scheduled = {}
-        self.planned = []
-        self.sampled = sampled
-        self._all_decoding = len(sampled) - len(done) == len(self.running)
+            self._retire(seq)
+        self._all_decoding = len(sampled) - len(done) == len(self._running)
         return done
+
+    def _retire(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.FINISHED
+        self._running.remove(seq)
+        self.blocks.free(seq)
+        if self.keep_finished:
+            self.finished.append(seq)
 
     # -- decode fast path ------------------------------------------------------------------
     # Most steps of a busy server decode every running sequence and change nothing else.
     # decode_step() recognises such a step in O(1) and defers the per-sequence work (advancing
-    # num_computed, sampling) to _settle(), which runs before the next schedule(): the state
-    # is then exactly what schedule() + update() would have left after each of those steps.
+    # num_computed, sampling) to _settle(), which runs before the next schedule() or whenever
+    # the running sequences are read: they are then exactly what schedule() + update() would
+    # have left after each of those steps.
 
     def decode_step(self) -> tuple[int, int]:
         """Take the next step as a deferred decode of every running sequence, if the spec
@@ -206,20 +267,19 @@ class Scheduler:
         if run is None:
             if not self._all_decoding or self.sample_many is None or self.eos_token_id is not None:
                 return 0, 0
-            run = _DecodeRun.start(self)
+            run = DecodeRun.start(self._running, self.block_size, self.max_num_batched_tokens)
             if run is None:
                 return 0, 0
             self._run = run
         if not run.num_seqs:  # everybody finished: the next step admits or the server idles
             return 0, 0
         t = run.steps + 1
-        grow = run.crossing[(1 - t) % self.block_size]
-        used = self.blocks_used + grow
-        if used > self.num_blocks:  # a sequence needs a block that is not free: preemption
+        grow = run.blocks_to_grow(t, self.block_size)
+        if self.blocks.num_used + grow > self.num_blocks:  # a block is missing: preemption
             return 0, 0
-        if self.waiting and self._admissible(self.waiting[0], run.num_seqs, used):
+        if self._waiting and self._admissible(self._waiting[0], run.num_seqs, grow):
             return 0, 0
-        self.blocks_used = used
+        self.blocks.take(grow)
         run.steps = t
         self._finishing = run.finish_at.pop(t, [])
         return run.num_seqs, run.context + run.num_seqs * (t - 1)
@@ -231,81 +291,40 @@ class Scheduler:
             return []
         done, self._finishing = self._finishing, []
         run = self._run
-        assert run is not None and self.sample_many is not None
+        assert run is not None
         for seq in done:
-            c = seq.num_computed  # still its value when the run started
-            seq.output.extend(self.sample_many(seq, run.steps))
-            seq.num_computed += run.steps
-            seq.num_tokens += run.steps
-            self.blocks_used -= self.blocks_for(seq.num_computed)
-            seq.num_blocks = 0
-            seq.status = SequenceStatus.FINISHED
-            self.running.remove(seq)
-            self.finished.append(seq)
-            run.num_seqs -= 1
-            run.context -= c
-            run.crossing[c % self.block_size] -= 1
+            run.drop(seq, self.block_size)
+            self._advance(seq, run.steps)
+            self._retire(seq)
         return done
 
-    def _admissible(self, head: Sequence, num_running: int, used: int) -> bool:
-        """Whether phase 2 would admit ``head`` after a full decode of ``num_running``."""
+    def decode_batch_ids(self) -> list[Hashable]:
+        """The ids of the sequences the deferred decode steps are stepping, in plan order."""
+        return [seq.seq_id for seq in self._running]
+
+    def _admissible(self, head: Sequence, num_running: int, grow: int) -> bool:
+        """Whether phase 2 would admit ``head`` after a full decode of ``num_running`` that
+        takes ``grow`` more blocks."""
         budget = self.max_num_batched_tokens - num_running
         if budget <= 0 or num_running >= self.max_num_seqs:
             return False
         n = min(head.num_tokens - head.num_computed, budget)
-        need = self.blocks_for(head.num_computed + n) - head.num_blocks
-        return used + need <= self.num_blocks
+        need = self.blocks.num_needed(head, head.num_computed + n)
+        return self.blocks.num_used + grow + need <= self.num_blocks
+
+    def _advance(self, seq: Sequence, k: int) -> None:
+        """Apply ``k`` deferred decode steps to ``seq`` (its blocks were taken already)."""
+        assert self.sample_many is not None
+        seq.output.extend(self.sample_many(seq, k))
+        seq.num_computed += k
+        seq.num_tokens += k
+        self.blocks.settle(seq, seq.num_computed)
 
     def _settle(self) -> None:
-        """Apply the deferred decode steps to every sequence (blocks_used is kept eagerly)."""
+        """Apply the deferred decode steps to every running sequence."""
         self.finish_decode_step()
         run, self._run = self._run, None
         if run is None or not run.steps:
             return
-        k = run.steps
-        sample_many = self.sample_many
-        assert sample_many is not None
-        for seq in self.running:
-            seq.output.extend(sample_many(seq, k))
-            seq.num_computed += k
-            seq.num_tokens += k
-            seq.num_blocks = self.blocks_for(seq.num_computed)
-
-    def has_work(self) -> bool:
-        """Whether any sequence is waiting or running."""
-        return bool(self.waiting or self.running)
-
-
-class _DecodeRun:
-    """The running batch frozen at the start of a stretch of deferred decode steps."""
-
-    __slots__ = ("num_seqs", "context", "finish_at", "crossing", "steps")
-
-    def __init__(
-        self,
-        num_seqs: int,
-        context: int,
-        finish_at: dict[int, list[Sequence]],
-        crossing: list[int],
-    ) -> None:
-        self.num_seqs = num_seqs
-        self.context = context  # tokens in KV over the batch before the first deferred step
-        self.finish_at = finish_at  # [t]: sequences that sample their last token in step t
-        self.crossing = crossing  # [r]: sequences whose num_computed % block_size == r
-        self.steps = 0
-
-    @classmethod
-    def start(cls, sched: Scheduler) -> _DecodeRun | None:
-        """Freeze the batch, or None if the next step cannot decode all of it at once."""
-        running = sched.running
-        if not running or len(running) > sched.max_num_batched_tokens:
-            return None
-        crossing = [0] * sched.block_size
-        context = 0
-        finish_at: dict[int, list[Sequence]] = {}
-        for seq in running:
-            c = seq.num_computed
-            context += c
-            crossing[c % sched.block_size] += 1
-            finish_at.setdefault(seq.max_tokens - len(seq.output), []).append(seq)
-        return cls(len(running), context, finish_at, crossing)
+        for seq in self._running:
+            self._advance(seq, run.steps)

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import InputError
-from simulator.workload.synthetic import Workload
+from simulator.workload.workload import Workload
 
 __all__ = [
     "MAX_ARRIVAL_S",

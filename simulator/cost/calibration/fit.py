@@ -29,16 +29,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from simulator.cost.fitted import (
-    FEATURES,
-    FeatureScales,
-    FitResult,
-    FittedCostModel,
-    FittedPreset,
-    fit_preset_coefficients,
-    load_preset,
-    uniform_features,
-)
+from simulator.cost.calibration.robust_fit import FitResult, fit_preset_coefficients
+from simulator.cost.features import FEATURES, FeatureScales, uniform_features
+from simulator.cost.fitted import FittedCostModel, FittedPreset, load_preset
 from simulator.cost.presets import load_hardware, load_model
 from simulator.errors import InputError
 

@@ -1,0 +1,67 @@
+"""The ``linear`` cost model: a step's time as a linear function of its counts."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from simulator.cost.batch import Batch
+from simulator.cost.interface import CostModel
+
+_MS = 1e-3
+
+
+class LinearCostConfig(BaseModel):
+    """Step time as a linear function of the batch's token, sequence and context counts."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    type: Literal["linear"] = "linear"
+    """Discriminator of the cost-model union."""
+    base_ms: float = Field(default=0.0, ge=0)
+    """Fixed cost of every step (launch, scheduling, sampling), ms."""
+    per_token_ms: float = Field(default=0.0, ge=0)
+    """Cost per computed token (sum of ``new_tokens``), ms."""
+    per_seq_ms: float = Field(default=0.0, ge=0)
+    """Cost per scheduled sequence, ms."""
+    per_context_token_ms: float = Field(default=0.0, ge=0)
+    """Cost per token already in KV cache (attention reads), ms."""
+
+    @model_validator(mode="after")
+    def _some_positive(self) -> LinearCostConfig:
+        # Every scheduled sequence computes >= 1 token, so one of these > 0 guarantees a
+        # positive step time; per_context_token_ms alone would time a fresh prefill at 0.
+        if self.base_ms <= 0 and self.per_token_ms <= 0 and self.per_seq_ms <= 0:
+            raise ValueError(
+                "at least one of base_ms, per_token_ms, per_seq_ms must be > 0 "
+                "(a step would otherwise take no time)"
+            )
+        return self
+
+
+class LinearCostModel(CostModel):
+    """``base + per_token * tokens + per_seq * seqs + per_context_token * context`` (ms)."""
+
+    times_decodes_from_sums = True
+
+    def __init__(self, cfg: LinearCostConfig) -> None:
+        """Store the coefficients in seconds."""
+        self.cfg = cfg
+        self._base = cfg.base_ms * _MS
+        self._per_token = cfg.per_token_ms * _MS
+        self._per_seq = cfg.per_seq_ms * _MS
+        self._per_ctx = cfg.per_context_token_ms * _MS
+
+    def step_time(self, batch: Batch) -> float:
+        """Seconds the step takes."""
+        return self._time(sum(batch.new_tokens), len(batch.new_tokens), sum(batch.context_lens))
+
+    def decode_time(self, num_seqs: int, context: int) -> float:
+        """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in all."""
+        return self._time(num_seqs, num_seqs, context)
+
+    def _time(self, tokens: int, seqs: int, context: int) -> float:
+        return (
+            self._base + self._per_token * tokens + self._per_seq * seqs + self._per_ctx * context
+        )

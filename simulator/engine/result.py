@@ -1,0 +1,32 @@
+"""What a run produces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from simulator.config import ScenarioConfig
+
+
+@dataclass
+class SimulationResult:
+    """What a run produces: one row per request, one row per step, and a flat summary."""
+
+    requests: pd.DataFrame
+    """One row per request (see docs/metrics.md for every column)."""
+    steps: pd.DataFrame
+    """One row per scheduler step."""
+    summary: dict[str, Any]
+    """Flat dict of headline figures."""
+    rejected: pd.DataFrame
+    """``request_id, reason`` for requests that could never fit in the KV cache."""
+    checksums: np.ndarray
+    """Per request, a hash of its final output tokens (0 for rejected)."""
+    scenario: ScenarioConfig | None = None
+    """The resolved scenario that produced this result."""
+    extras: dict[str, Any] = field(default_factory=dict)
+    """Room for run metadata (wall time, version)."""

@@ -1,0 +1,192 @@
+"""One inference server on the simpy clock: its scheduler's steps, timed by its cost model.
+
+Timing rules (also in docs/metrics.md):
+
+- A step is ``schedule()`` -> cost model -> ``timeout(duration)`` -> ``update()``. Tokens sampled
+  in a step exist at the step's END.
+- A request submitted while a step runs joins the scheduler at once, but ``schedule()`` only
+  runs at step boundaries, so it is first seen by the next step. When an arrival and a step's
+  end fall on the same instant, simpy runs them in the order they were scheduled (FIFO), which
+  is deterministic; the arrival is then either in that step's ``update()`` window (harmless:
+  it is not in the plan) or before the next ``schedule()``: either way the next step sees it.
+- An idle server sleeps on an event that the next submission triggers: no polling, no ticks.
+- Plain decode steps (every running sequence decodes one token, nobody can be admitted or
+  preempted; some may finish) are taken through the scheduler's ``decode_step()`` in O(1)
+  each, back to back under one simpy timeout until the next arrival could change a decision.
+  Every step still gets its own row, and the results are identical to stepping one by one
+  (``fast_decode=False``; the tests compare the two).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import simpy
+
+from simulator.cost.batch import Batch
+from simulator.cost.interface import CostModel
+from simulator.engine.recorder import Recorder
+from simulator.scheduling.interface import Scheduler
+from simulator.scheduling.sequence import Sequence
+
+
+class Server:
+    """A scheduler and a cost model stepping on ``env``, recording into ``recorder``."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        scheduler: Scheduler,
+        cost_model: CostModel,
+        recorder: Recorder,
+        *,
+        next_arrival: Callable[[], float],
+        progress: Callable[[int], object] | None = None,
+        fast_decode: bool = True,
+    ) -> None:
+        self.env = env
+        self.scheduler = scheduler
+        self.cost_model = cost_model
+        self.recorder = recorder
+        self.next_arrival = next_arrival
+        """When the next submission can come (the end of a deferred decode window)."""
+        self.progress = progress
+        # Plain decode steps skip the scheduler's per-sequence loops when the cost model can
+        # time them from sums; the results are identical either way (tests compare both).
+        self.fast_decode = fast_decode and cost_model.times_decodes_from_sums
+        self.closed = False
+        """No more submissions will come: the server stops once its work is done."""
+        self._wake: simpy.Event | None = None
+
+    def submit(self, seq: Sequence) -> bool:
+        """Hand a request to the scheduler (waking an idle server); False, recorded with its
+        reason, if it can never be served."""
+        reason = self.scheduler.rejection_reason(seq)
+        if reason is not None:
+            self.recorder.rejected.append((seq.seq_id, reason))  # type: ignore[arg-type]
+            if self.progress is not None:
+                self.progress(1)
+            return False
+        self.scheduler.add(seq)
+        self._poke()
+        return True
+
+    def close(self) -> None:
+        """No more submissions: finish the work in hand, then stop."""
+        self.closed = True
+        self._poke()
+
+    def _poke(self) -> None:
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def run(self) -> simpy.events.ProcessGenerator:
+        """The server's process: step while there is work, sleep while there is none."""
+        sched = self.scheduler
+        while True:
+            if not sched.has_work():
+                if self.closed:
+                    return
+                self._wake = self.env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            if self.fast_decode and (yield from self._decode_window()):
+                continue
+            yield from self._step()
+
+    def _step(self) -> Generator[simpy.Event, Any, None]:
+        """One step through ``schedule()`` and ``update()``."""
+        env, sched, rec = self.env, self.scheduler, self.recorder
+        num_running, num_waiting = sched.num_running, sched.num_waiting
+        plan = sched.schedule()
+        if not plan.seqs:  # impossible by the spec (a lone head always fits); never spin
+            raise RuntimeError("scheduler produced an empty step with work pending")
+        now = env.now
+        first_sched = rec.first_scheduled
+        for seq in plan.admitted:
+            i: int = seq.seq_id  # type: ignore[assignment]
+            if first_sched[i] != first_sched[i]:  # NaN: scheduled for the first time
+                first_sched[i] = now
+        new_tokens = plan.num_new_tokens
+        duration = self.cost_model.step_time(Batch(new_tokens, plan.context_lens))
+        num_tokens = sum(new_tokens)
+        decodes = new_tokens.count(1)
+        rec.record_step(
+            now,
+            duration,
+            (
+                len(new_tokens),
+                num_tokens,
+                num_tokens - decodes,
+                decodes,
+                sched.num_blocks_used,
+                num_running,
+                num_waiting,
+                len(plan.preempted),
+            ),
+        )
+        yield env.timeout(duration)
+        done = sched.update()
+        rec.record_tokens([seq.seq_id for seq in plan.sampled])  # type: ignore[misc]
+        if done:
+            self._retire(done, env.now)
+
+    def _decode_window(self) -> Generator[simpy.Event, Any, int]:
+        """Run the plain decode steps the scheduler accepts, back to back, under as few simpy
+        timeouts as exactness allows; return how many steps ran (0: none was plain).
+
+        Only an arrival can change the scheduler's mind between plain decode steps, so every
+        step that starts before the next arrival joins the window. The window's end must be
+        exactly where step-by-step timeouts would have landed (``start + sum`` in float is not
+        always ``start + (end - start)``): when one would not, the window is cut there."""
+        env, sched, rec = self.env, self.scheduler, self.recorder
+        decode_time = self.cost_model.decode_time
+        steps = 0
+        start = end = env.now
+        ids: list[int] = []
+        while end < self.next_arrival() or not steps:
+            num_running, num_waiting = sched.num_running, sched.num_waiting
+            num_seqs, kv_tokens = sched.decode_step()
+            if not num_seqs:
+                break
+            if not ids:
+                ids = sched.decode_batch_ids()  # type: ignore[assignment]
+            duration = decode_time(num_seqs, kv_tokens)
+            rec.record_step(
+                end,
+                duration,
+                (
+                    num_seqs,
+                    num_seqs,
+                    0,
+                    num_seqs,
+                    sched.num_blocks_used,
+                    num_running,
+                    num_waiting,
+                    0,
+                ),
+            )
+            rec.record_tokens(ids)
+            steps += 1
+            new_end = end + duration
+            done = sched.finish_decode_step()
+            if done:
+                self._retire(done, new_end)
+                ids = []  # the batch shrank
+            if start + (new_end - start) != new_end:
+                yield env.timeout(end - start)  # lands exactly on ``end``, checked last round
+                start = end
+            end = new_end
+        if steps:
+            yield env.timeout(end - start)
+        return steps
+
+    def _retire(self, done: list[Sequence], end: float) -> None:
+        """Record the requests that finished in the step ending at ``end``."""
+        rec = self.recorder
+        for seq in done:
+            rec.record_finish(seq.seq_id, end, seq.num_preemptions, hash(tuple(seq.output)))  # type: ignore[arg-type]
+        if self.progress is not None:
+            self.progress(len(done))

@@ -1,0 +1,164 @@
+"""A scenario's ``workload:``: a synthetic arrival process and length distributions, or a
+trace to replay (every option: docs/workloads.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class ArrivalConfig(_Model):
+    """How requests arrive: a renewal process with mean inter-arrival time ``1 / rate``."""
+
+    process: Literal["poisson", "gamma", "constant"] = "poisson"
+    """Inter-arrival distribution: exponential, gamma (burstiness set by ``cv``) or fixed."""
+    rate: float = Field(gt=0, allow_inf_nan=False)
+    """Mean arrival rate in requests per second."""
+    cv: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """Gamma only: coefficient of variation of inter-arrival times (1 = Poisson, >1 burstier)."""
+
+    @model_validator(mode="after")
+    def _cv_only_for_gamma(self) -> ArrivalConfig:
+        if self.process != "gamma" and self.cv != 1.0:
+            raise ValueError(f"cv applies to process 'gamma' only, not {self.process!r}")
+        return self
+
+
+class _BoundedLen(_Model):
+    """Shared ``min``/``max`` clipping bounds of the continuous length distributions."""
+
+    min: int = Field(default=1, ge=1)
+    """Smallest length after rounding (draws below are raised to it)."""
+    max: int | None = Field(default=None, ge=1)
+    """Largest length after rounding (draws above are lowered to it); None = unbounded."""
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> _BoundedLen:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
+        return self
+
+
+class FixedLen(_Model):
+    """Every request has the same length."""
+
+    dist: Literal["fixed"]
+    """Discriminator."""
+    value: int = Field(ge=1)
+    """The length in tokens."""
+
+
+class UniformLen(_Model):
+    """Integers drawn uniformly from ``low..high`` inclusive."""
+
+    dist: Literal["uniform"]
+    """Discriminator."""
+    low: int = Field(ge=1)
+    """Smallest length (inclusive)."""
+    high: int = Field(ge=1)
+    """Largest length (inclusive)."""
+
+    @model_validator(mode="after")
+    def _low_le_high(self) -> UniformLen:
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
+        return self
+
+
+class NormalLen(_BoundedLen):
+    """Normal draws, rounded to the nearest integer, then clipped to ``[min, max]``."""
+
+    dist: Literal["normal"]
+    """Discriminator."""
+    mean: float = Field(allow_inf_nan=False)
+    """Mean of the normal before rounding and clipping."""
+    std: float = Field(ge=0, allow_inf_nan=False)
+    """Standard deviation of the normal before rounding and clipping."""
+
+
+class LognormalLen(_BoundedLen):
+    """``exp(N(mu, sigma))`` draws, rounded, then clipped to ``[min, max]``."""
+
+    dist: Literal["lognormal"]
+    """Discriminator."""
+    mu: float = Field(allow_inf_nan=False)
+    """Mean of the underlying normal (the median length is ``exp(mu)``)."""
+    sigma: float = Field(ge=0, allow_inf_nan=False)
+    """Standard deviation of the underlying normal."""
+
+
+class EmpiricalLen(_Model):
+    """Lengths resampled uniformly, with replacement, from one column of a CSV file."""
+
+    dist: Literal["empirical"]
+    """Discriminator."""
+    path: str
+    """CSV file with a header row; relative to the working directory, or absolute."""
+    column: str
+    """Header name of the column holding non-negative integer token counts."""
+
+
+LengthConfig = Annotated[
+    FixedLen | UniformLen | NormalLen | LognormalLen | EmpiricalLen, Field(discriminator="dist")
+]
+
+
+class TraceConfig(_Model):
+    """Replay a recorded trace instead of drawing a synthetic workload."""
+
+    path: str
+    """Trace file; relative to the working directory, or absolute."""
+    format: Literal["azure", "mooncake", "csv"]
+    """File layout: Azure 2023 CSV, Mooncake JSONL or plain ``arrival_s,prompt_len,output_len``."""
+    time_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """Multiplies arrival times after windowing: 0.5 replays the trace twice as fast."""
+    max_requests: int | None = Field(default=None, ge=1)
+    """Keep only the first this many requests (after the window); None = all."""
+    start_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Window start in trace seconds since the first request (inclusive); None = from the start."""
+    end_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Window end in trace seconds since the first request (exclusive); None = to the end."""
+
+    @model_validator(mode="after")
+    def _window_not_empty(self) -> TraceConfig:
+        if self.start_s is not None and self.end_s is not None and self.end_s <= self.start_s:
+            raise ValueError(f"end_s ({self.end_s}) must be > start_s ({self.start_s})")
+        return self
+
+
+_SYNTHETIC_KEYS = ("num_requests", "arrival", "prompt_len", "output_len")
+
+
+class WorkloadConfig(_Model):
+    """Either ``trace`` alone, or all of ``num_requests``, ``arrival``, ``prompt_len``,
+    ``output_len`` (a synthetic workload)."""
+
+    num_requests: int | None = Field(default=None, ge=1)
+    """Synthetic only: how many requests to draw (cap a trace with ``trace.max_requests``)."""
+    arrival: ArrivalConfig | None = None
+    """Synthetic only: the arrival process."""
+    prompt_len: LengthConfig | None = None
+    """Synthetic only: distribution of prompt (input) lengths in tokens."""
+    output_len: LengthConfig | None = None
+    """Synthetic only: distribution of output (generated) lengths in tokens."""
+    trace: TraceConfig | None = None
+    """Replay this trace; excludes every synthetic key."""
+
+    @model_validator(mode="after")
+    def _trace_xor_synthetic(self) -> WorkloadConfig:
+        given = [k for k in _SYNTHETIC_KEYS if getattr(self, k) is not None]
+        if self.trace is not None and given:
+            hint = " (cap a trace with trace.max_requests)" if "num_requests" in given else ""
+            raise ValueError(f"with 'trace', remove {', '.join(given)}{hint}")
+        missing = [k for k in _SYNTHETIC_KEYS if k not in given]
+        if self.trace is None and missing:
+            raise ValueError(
+                f"give either 'trace' or all of {', '.join(_SYNTHETIC_KEYS)}; "
+                f"missing: {', '.join(missing)}"
+            )
+        return self

@@ -1,0 +1,38 @@
+"""Replaying a trace: its requests in a time window, on a scaled clock."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.errors import InputError
+from simulator.workload.config import TraceConfig
+from simulator.workload.inputs import need_file
+from simulator.workload.traces import read_trace
+from simulator.workload.workload import Workload
+
+
+def replay(cfg: TraceConfig) -> Workload:
+    """The requests of the trace ``cfg`` names, in its time window, rebased to start at 0 and
+    stretched by ``time_scale``."""
+    need_file(cfg.path, "trace.path")
+    full = read_trace(cfg.path, cfg.format)
+    t = full.arrival_s
+    keep = np.ones(len(t), dtype=bool)
+    if cfg.start_s is not None:
+        keep &= t >= cfg.start_s
+    if cfg.end_s is not None:
+        keep &= t < cfg.end_s
+    index = np.flatnonzero(keep)[: cfg.max_requests]
+    if len(index) == 0:
+        span = f"{t[-1]:.3f}"
+        raise InputError(
+            f"{cfg.path}: no requests in the window start_s={cfg.start_s}, end_s={cfg.end_s} "
+            f"(the trace spans 0..{span} s)"
+        )
+    kept = t[index]
+    return Workload(
+        arrival_s=(kept - kept[0]) * cfg.time_scale,
+        prompt_len=full.prompt_len[index],
+        output_len=full.output_len[index],
+        notes=full.notes,
+    )

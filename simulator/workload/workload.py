@@ -1,0 +1,54 @@
+"""The requests to simulate, as parallel arrays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The requests to simulate, as parallel read-only arrays sorted by arrival time."""
+
+    arrival_s: np.ndarray
+    """Arrival times in seconds, float64, nondecreasing; the first request arrives at 0."""
+    prompt_len: np.ndarray
+    """Prompt tokens per request, int64 >= 1."""
+    output_len: np.ndarray
+    """Output tokens per request, int64 >= 1."""
+    notes: tuple[str, ...] = ()
+    """Adjustments made while reading (zero lengths raised, rows reordered), one line each."""
+
+    def __post_init__(self) -> None:
+        arrays = {
+            "arrival_s": np.array(self.arrival_s, dtype=np.float64),
+            "prompt_len": np.array(self.prompt_len, dtype=np.int64),
+            "output_len": np.array(self.output_len, dtype=np.int64),
+        }
+        _check_workload_arrays(**arrays)
+        for name, array in arrays.items():
+            array.setflags(write=False)
+            # Frozen dataclass: the copies replace the inputs once, here, so callers' arrays
+            # are never aliased or made read-only.
+            object.__setattr__(self, name, array)
+
+    def __len__(self) -> int:
+        """Number of requests."""
+        return len(self.arrival_s)
+
+
+def _check_workload_arrays(
+    arrival_s: np.ndarray, prompt_len: np.ndarray, output_len: np.ndarray
+) -> None:
+    if not arrival_s.ndim == prompt_len.ndim == output_len.ndim == 1:
+        raise ValueError("Workload arrays must be one-dimensional")
+    if not len(arrival_s) == len(prompt_len) == len(output_len):
+        raise ValueError(
+            f"Workload arrays differ in length: {len(arrival_s)}, "
+            f"{len(prompt_len)}, {len(output_len)}"
+        )
+    if not np.isfinite(arrival_s).all() or (np.diff(arrival_s) < 0).any():
+        raise ValueError("Workload.arrival_s must be finite and nondecreasing")
+    if (prompt_len < 1).any() or (output_len < 1).any():
+        raise ValueError("Workload lengths must be >= 1")
