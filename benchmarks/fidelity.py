@@ -30,14 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from simulator.cost.batch import Batch  # noqa: E402
-from simulator.cost.calibration.fit import (  # noqa: E402
-    calibrate,
-    convert_splitwise,
-    convert_vidur_mlp,
-    error_summary,
-    step_kinds,
-    write_preset,
-)
+from simulator.cost.calibration.calibrate import calibrate, write_preset  # noqa: E402
+from simulator.cost.calibration.convert import convert_splitwise, convert_vidur_mlp  # noqa: E402
+from simulator.cost.calibration.crossval import error_summary  # noqa: E402
+from simulator.cost.calibration.measurements import step_kinds  # noqa: E402
 from simulator.cost.fitted import FittedCostModel, FittedPreset  # noqa: E402
 from simulator.cost.presets import load_hardware, load_model  # noqa: E402
 from simulator.cost.roofline import RooflineCostConfig, RooflineCostModel  # noqa: E402

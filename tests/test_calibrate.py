@@ -12,14 +12,12 @@ import yaml
 
 from simulator.cli import main
 from simulator.cost.batch import Batch
-from simulator.cost.calibration.fit import (
+from simulator.cost.calibration.calibrate import calibrate, predict
+from simulator.cost.calibration.convert import convert_splitwise, convert_vidur_mlp
+from simulator.cost.calibration.crossval import kfold_predictions
+from simulator.cost.calibration.measurements import (
     aggregate_repeats,
-    calibrate,
-    convert_splitwise,
-    convert_vidur_mlp,
     inconsistent_points,
-    kfold_predictions,
-    predict,
     read_measurements,
     step_kinds,
 )

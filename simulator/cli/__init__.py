@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     p.set_defaults(func=cmd_fetch)
 
-    from simulator.cost.calibration.fit import add_subcommands
+    from simulator.cli.calibration import add_subcommands
 
     add_subcommands(sub)
     return parser

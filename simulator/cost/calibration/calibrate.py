@@ -1,0 +1,108 @@
+"""Calibrating a ``fitted`` cost-model preset (fit on all points, held-out error by k-fold),
+predicting with one, and writing one as YAML."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from simulator.cost.calibration.crossval import (
+    error_summary,
+    fit_measurements,
+    kfold_predictions,
+    predict_rows,
+)
+from simulator.cost.calibration.measurements import (
+    POINT_COLUMNS,
+    aggregate_repeats,
+    inconsistent_points,
+    measurement_arrays,
+    step_kinds,
+)
+from simulator.cost.features import FEATURES, FeatureScales
+from simulator.cost.fitted import FittedCostModel, FittedPreset
+from simulator.cost.presets import load_hardware, load_model
+
+
+def calibrate(
+    meas: pd.DataFrame,
+    model: str,
+    hardware: str,
+    tp: int,
+    *,
+    folds: int = 5,
+    rng: np.random.Generator,
+    features: Sequence[str] = FEATURES,
+    name: str | None = None,
+    source: dict[str, Any] | None = None,
+    progress: Callable[[], None] | None = None,
+) -> tuple[FittedPreset, pd.DataFrame]:
+    """Fit a preset on all aggregated rows and measure the recipe's k-fold held-out error.
+
+    Returns the preset (held-out errors recorded in it) and the rows with ``heldout_ms``,
+    ``fitted_ms`` and ``inconsistent`` columns.
+    """
+    scales = FeatureScales.from_specs(load_model(model), load_hardware(hardware), tp)
+    rows = aggregate_repeats(meas)
+    heldout = kfold_predictions(rows, scales, folds, rng, features, progress)
+    fit = fit_measurements(rows, scales, features)
+    flags = inconsistent_points(rows)
+    kinds = step_kinds(rows).tolist()
+    y = rows["step_ms"].to_numpy(dtype=float)
+    pts = rows[list(POINT_COLUMNS)].to_numpy(dtype=int)
+    report: dict[str, Any] = {
+        "folds": folds,
+        "all_points": error_summary(kinds, y, heldout),
+        "consistent_points": error_summary(kinds, y, heldout, ~flags),
+        "inconsistent": [
+            {k: int(v) for k, v in zip(POINT_COLUMNS, pts[i], strict=True)}
+            | {"kind": kinds[i], "step_ms": round(float(y[i]), 3)}
+            for i in np.flatnonzero(flags)
+        ],
+    }
+    preset = FittedPreset(
+        name=name or f"{model}_{hardware}_tp{tp}",
+        model=model,
+        hardware=hardware,
+        tp=tp,
+        scales=scales.with_knee(fit.knee_tokens),
+        coefficients={k: _round_sig(v) for k, v in fit.coefficients.items()},
+        source=source or {},
+        heldout=report,
+        notes=(
+            f"{len(rows)} distinct points; robust fit gave zero weight to "
+            f"{int(np.sum(fit.weights == 0))}; features left out: "
+            f"{', '.join(fit.dropped) or 'none'}"
+        ),
+    )
+    rows = rows.assign(
+        heldout_ms=heldout, fitted_ms=predict_rows(rows, scales, fit), inconsistent=flags
+    )
+    return preset, rows
+
+
+def _round_sig(x: float, digits: int = 6) -> float:
+    """``x`` to ``digits`` significant figures (readable preset files, no fit-relevant loss)."""
+    if x == 0 or not math.isfinite(x):
+        return float(x)
+    return float(f"{x:.{digits}g}")
+
+
+def predict(preset: FittedPreset, meas: pd.DataFrame) -> pd.DataFrame:
+    """The measurement rows with a ``predicted_ms`` column from ``preset``."""
+    b, n, c, _ = measurement_arrays(meas)
+    return meas.assign(predicted_ms=FittedCostModel(preset).predict_ms(b, n, c))
+
+
+def write_preset(preset: FittedPreset, path: Path | str) -> None:
+    """Write a preset YAML (plain types, fields in declaration order)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    data = preset.model_dump(mode="json")
+    p.write_text(yaml.safe_dump(data, sort_keys=False, width=100))
