@@ -107,7 +107,8 @@ def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
 def full_run(scenario: dict[str, Any], out: Path) -> tuple[float, int, float]:
     """``servesim run`` in-process, writing its outputs (no plots): wall s, steps, mean batch."""
     from simulator.results.outdir import atomic_dir
-    from simulator.runner import resolve, run, write_result
+    from simulator.results.writer import write_result
+    from simulator.runner import resolve, run
 
     cfg = resolve(scenario)
     start = time.perf_counter()

@@ -1,9 +1,7 @@
-"""From a scenario to a result: resolve presets, build the workload, run, and save atomically."""
+"""From a scenario to a result: resolve presets, check it fits in memory, build, run."""
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import sys
 import time
@@ -15,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from simulator import __version__
-from simulator.config import ScenarioConfig, dump_scenario, load_scenario, validate
+from simulator.config import ScenarioConfig, load_scenario, validate
 from simulator.cost import CostModel, RooflineCostConfig, build_cost_model
 from simulator.cost.fitted import FittedCostConfig, load_preset
 from simulator.engine.result import SimulationResult
@@ -215,51 +213,6 @@ def check_workload_fits(cfg: ScenarioConfig) -> None:
             f"workload.num_requests: {n:,} requests may need ~{_gb(typical)} of memory "
             f"(this machine has {_gb(memory)})"
         )
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` with every NaN or infinity (an undefined metric) as None: strict JSON has no
-    NaN, and ``json.dumps(..., allow_nan=False)`` then catches any that slips through."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    return value
-
-
-def write_result(
-    result: SimulationResult, folder: Path, plots: bool = True, fmt: str = "png"
-) -> None:
-    """Write both tables, summary.json, the resolved scenario and plots into ``folder``.
-
-    In summary.json an undefined figure (NaN: no finished request, no 2-token output) is
-    ``null``."""
-    result.requests.to_parquet(folder / "requests.parquet", index=False)
-    result.steps.to_parquet(folder / "steps.parquet", index=False)
-    if len(result.rejected):
-        result.rejected.to_csv(folder / "rejected.csv", index=False)
-    summary = dict(result.summary)
-    summary["wall_time_s"] = result.extras.get("wall_time_s")
-    summary["servesim_version"] = result.extras.get("servesim_version")
-    (folder / "summary.json").write_text(
-        json.dumps(json_safe(summary), indent=2, default=_json_default, allow_nan=False) + "\n"
-    )
-    if result.scenario is not None:
-        (folder / "scenario.yaml").write_text(dump_scenario(result.scenario))
-    if plots:
-        from simulator.plots.run import save_run_plots
-
-        save_run_plots(result.requests, result.steps, folder / "plots", fmt=fmt)
 
 
 def warn_rejections(result: SimulationResult) -> None:

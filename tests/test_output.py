@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 import simulator.results.outdir as outdir
+import simulator.results.writer as writer
 import simulator.runner as runner
 from simulator.cli import format_summary, main
 from simulator.errors import InputError
@@ -244,7 +245,7 @@ def test_an_error_while_writing_is_one_line_and_leaves_nothing(
         (folder / "requests.parquet").write_text("half")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder / "steps.parquet"))
 
-    monkeypatch.setattr(runner, "write_result", write_result)
+    monkeypatch.setattr(writer, "write_result", write_result)
     out = tmp_path / "out"
     assert main(["run", str(scenario_file), "--out", str(out), "--no-plots"]) == 2
     line = _one_error_line(capsys)
@@ -320,7 +321,7 @@ def test_sigterm_while_simulating_exits_143_and_leaves_nothing(tmp_path: Path) -
 
 SIGTERM_WHILE_WRITING = """
 import os, signal, sys, time
-import simulator.runner as runner
+import simulator.results.writer as writer
 
 def write_result(result, folder, **kwargs):
     (folder / "requests.parquet").write_text("half-written")
@@ -328,7 +329,7 @@ def write_result(result, folder, **kwargs):
     time.sleep(30)
     raise AssertionError("SIGTERM did not stop the run")
 
-runner.write_result = write_result
+writer.write_result = write_result
 from simulator.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -429,7 +430,7 @@ def test_every_request_rejected_gives_strict_json_and_zero_duration(
 def test_one_token_outputs_have_a_null_tpot(tmp_path: Path) -> None:
     cfg = {**SMALL, "workload": {**SMALL["workload"], "output_len": {"dist": "fixed", "value": 1}}}
     result = runner.run(cfg)
-    runner.write_result(result, tmp_path, plots=False)
+    writer.write_result(result, tmp_path, plots=False)
     summary = _strict_json((tmp_path / "summary.json").read_text())
     assert summary["num_finished"] == 40 and summary["duration_s"] > 0
     assert summary["tpot_p50_s"] is None and summary["ttft_p50_s"] > 0
@@ -439,7 +440,7 @@ def test_json_safe_turns_every_non_finite_number_into_null() -> None:
     import numpy as np
 
     value = {"a": float("nan"), "b": [np.float32("inf"), 1.5], "c": np.int64(3), "d": "x"}
-    assert runner.json_safe(value) == {"a": None, "b": [None, 1.5], "c": 3, "d": "x"}
+    assert writer.json_safe(value) == {"a": None, "b": [None, 1.5], "c": 3, "d": "x"}
 
 
 # 8. a closed pipe on stdout

@@ -60,7 +60,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Simulate one scenario and write its tables, summary, resolved scenario and plots."""
     from simulator.config import load_scenario, parse_overrides
     from simulator.results.outdir import atomic_dir, check_out_dir, default_out_dir, reserve_out_dir
-    from simulator.runner import resolve, run, write_result
+    from simulator.results.writer import write_result
+    from simulator.runner import resolve, run
 
     cfg = resolve(load_scenario(args.scenario, parse_overrides(args.set)))
     given = bool(args.out)

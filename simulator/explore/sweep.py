@@ -76,7 +76,8 @@ def _run_point(
     base: dict[str, Any], point: GridPoint, source: str, folder: Path, plots: bool, fmt: str
 ) -> dict[str, Any]:
     """Run one grid point into ``folder`` (in a worker process); return its summary row."""
-    from simulator.runner import resolve, run, write_result
+    from simulator.results.writer import write_result
+    from simulator.runner import resolve, run
 
     cfg = validate(apply_overrides(base, point.values, source), f"{source} [{point.name}]")
     cfg = resolve(cfg)
