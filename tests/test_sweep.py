@@ -49,10 +49,10 @@ def test_a_key_in_both_set_and_grid_is_refused(
 def test_sweeps_in_the_same_second_get_their_own_default_folders(
     scenario_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import simulator.explore.sweep as sweep
+    import simulator.results.outdir as outdir
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sweep, "_stamp", lambda: "20260101-000000")  # the same second
+    monkeypatch.setattr(outdir.time, "strftime", lambda fmt, *a: "20260101-000000")  # same second
     argv = ["sweep", str(scenario_file), "--set", "workload.num_requests=20", "--no-plots"]
     argv += ["--grid", "scheduler.max_num_seqs=4,8", "--jobs", "1"]
     assert main(argv) == 0

@@ -1,17 +1,14 @@
-"""``servesim sweep``: the cartesian product of grids, run in parallel processes, and
-``servesim plot``: redraw the plots of a run or sweep folder."""
+"""A sweep: the cartesian product of grids over a base scenario, each point run (in parallel
+processes) into its own folder, and one summary row per point."""
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
 import re
 import sys
-import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +25,6 @@ from simulator.config import (
     validate,
 )
 from simulator.errors import InputError
-
-SWEEP_FILE = "sweep.parquet"
-SWEEP_META = "sweep.json"
 
 
 @dataclass(frozen=True)
@@ -179,74 +173,23 @@ def _one_line(err: BaseException) -> str:
     return msg if isinstance(err, InputError) else f"{type(err).__name__}: {msg}"
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    """CLI: validate every grid point first, then run them, then write table and plots."""
-    from simulator.results.outdir import reserve_out_dir
-
-    grid = parse_grid(args.grid)
-    base = read_yaml(args.scenario)
-    if args.set:
-        overrides = parse_overrides(args.set)
+def sweep_base(
+    scenario: str, sets: list[str], grid: dict[str, list[Any]]
+) -> tuple[dict[str, Any], ScenarioConfig]:
+    """The base scenario of a sweep with ``--set`` applied, raw and validated; a key both set
+    and swept is refused."""
+    base = read_yaml(scenario)
+    if sets:
+        overrides = parse_overrides(sets)
         both = sorted(set(overrides) & set(grid))
         if both:
             # the grid would silently win over --set: make the user pick one
             raise InputError(f"--set {both[0]}: also a --grid key; give it in one of the two")
-        base = apply_overrides(base, overrides, args.scenario)
-    base_cfg = validate(base, args.scenario)
-    name = base_cfg.name
-    if args.jobs < 0:
-        raise InputError(f"--jobs {args.jobs}: must be >= 0 (0 = all cores)")
-    _check_some_point_is_valid(base, grid, args.scenario)
-    given = bool(args.out)
-    # a default folder is reserved under a name no other sweep has, and removed on failure
-    out = Path(args.out) if given else reserve_out_dir(Path("results") / f"{name}-sweep" / _stamp())
-    try:
-        table = _run_into(out, given, args, base, base_cfg, grid)
-    except BaseException:
-        if not given:
-            with suppress(OSError):
-                out.rmdir()  # only if still empty
-        raise
-    failed = table[table["status"] == "failed"]
-    print(f"{name}: {len(table) - len(failed)} of {len(table)} runs ok; results in {out}")
-    print(_sweep_table(table, list(grid)))
-    # exit 1 if any point failed, so a script notices; the table still holds every point
-    return 1 if len(failed) else 0
+        base = apply_overrides(base, overrides, scenario)
+    return base, validate(base, scenario)
 
 
-def _run_into(
-    out: Path,
-    given: bool,
-    args: argparse.Namespace,
-    base: dict[str, Any],
-    base_cfg: ScenarioConfig,
-    grid: dict[str, list[Any]],
-) -> pd.DataFrame:
-    """Run the sweep into a temporary folder renamed to ``out`` at the end; the table."""
-    from simulator.results.outdir import atomic_dir, check_out_dir
-
-    check_out_dir(out, args.overwrite, given=given)
-    with atomic_dir(out, args.overwrite, given=given) as tmp:
-        table = run_sweep(
-            base,
-            grid,
-            tmp,
-            source=args.scenario,
-            jobs=args.jobs,
-            plots=not args.no_plots,
-            fmt=args.format,
-            progress=None,
-        )
-        table.to_parquet(tmp / SWEEP_FILE, index=False)
-        meta = {"scenario": args.scenario, "grid": grid, "set": args.set, "keys": list(grid)}
-        (tmp / SWEEP_META).write_text(json.dumps(meta, indent=2) + "\n")
-        (tmp / "scenario.yaml").write_text(_base_yaml(base_cfg, args.scenario, args.set, grid))
-        if not args.no_plots:
-            _sweep_plots(table, list(grid), tmp / "plots", args.format)
-    return table
-
-
-def _base_yaml(
+def base_yaml(
     cfg: ScenarioConfig, source: str, sets: list[str] | None, grid: dict[str, list[Any]]
 ) -> str:
     """The sweep's base scenario, ``--set`` applied and defaults spelled out, headed by what
@@ -258,7 +201,7 @@ def _base_yaml(
     return "\n".join(head) + "\n" + dump_scenario(cfg)
 
 
-def _check_some_point_is_valid(base: dict[str, Any], grid: dict[str, list[Any]], src: str) -> None:
+def check_some_point_is_valid(base: dict[str, Any], grid: dict[str, list[Any]], src: str) -> None:
     """A grid whose every point is invalid (a misspelt key, say) is bad input, not a sweep of
     failures: say why in one line before anything runs or is written."""
     first: InputError | None = None
@@ -271,56 +214,3 @@ def _check_some_point_is_valid(base: dict[str, Any], grid: dict[str, list[Any]],
             return
     assert first is not None
     raise InputError(f"every grid point is invalid, e.g. {first}")
-
-
-def _stamp() -> str:
-    return time.strftime("%Y%m%d-%H%M%S")
-
-
-def _sweep_table(table: pd.DataFrame, keys: list[str]) -> str:
-    cols = [
-        "ttft_p50_s",
-        "ttft_p99_s",
-        "tpot_p50_s",
-        "tpot_p99_s",
-        "request_throughput",
-        "num_preemptions",
-    ]
-    show = table[[*keys, "status", *[c for c in cols if c in table]]].copy()
-    for c in cols:
-        if c in show and c.endswith("_s"):
-            show[c.replace("_s", "_ms")] = show.pop(c) * 1e3
-    return show.to_string(index=False, float_format=lambda v: f"{v:.1f}")
-
-
-def _sweep_plots(table: pd.DataFrame, keys: list[str], folder: Path, fmt: str) -> None:
-    from simulator.plots.run import save_sweep_plots
-
-    save_sweep_plots(table, keys, folder, fmt=fmt)
-
-
-def cmd_plot(args: argparse.Namespace) -> int:
-    """CLI: redraw the plots of a run folder or a sweep folder in place."""
-    from simulator.plots.run import save_run_plots
-
-    folder = Path(args.folder)
-    if not folder.is_dir():
-        raise InputError(f"{folder}: no such folder")
-    if (folder / SWEEP_FILE).exists():
-        table = pd.read_parquet(folder / SWEEP_FILE)
-        meta_file = folder / SWEEP_META
-        keys = json.loads(meta_file.read_text())["keys"] if meta_file.exists() else []
-        _sweep_plots(table, keys, folder / "plots", args.format)
-        print(f"sweep plots redrawn in {folder / 'plots'}")
-        return 0
-    req, steps = folder / "requests.parquet", folder / "steps.parquet"
-    if req.exists() and steps.exists():
-        paths = save_run_plots(
-            pd.read_parquet(req), pd.read_parquet(steps), folder / "plots", fmt=args.format
-        )
-        print(f"{len(paths)} plots redrawn in {folder / 'plots'}")
-        return 0
-    raise InputError(
-        f"{folder}: neither a run folder (requests.parquet, steps.parquet) nor a sweep folder "
-        f"({SWEEP_FILE})"
-    )

@@ -15,19 +15,15 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from simulator.errors import InputError
-
-if TYPE_CHECKING:
-    from simulator.config import ScenarioConfig
 
 __all__ = ["atomic_dir", "check_out_dir", "default_out_dir", "reserve_out_dir"]
 
 
-def default_out_dir(cfg: ScenarioConfig) -> Path:
+def default_out_dir(name: str) -> Path:
     """``results/<name>/<timestamp>`` (a name only: ``reserve_out_dir`` makes it unique)."""
-    return Path("results") / cfg.name / time.strftime("%Y%m%d-%H%M%S")
+    return Path("results") / name / time.strftime("%Y%m%d-%H%M%S")
 
 
 def reserve_out_dir(base: Path) -> Path:

@@ -1,17 +1,25 @@
-"""Writing a run's results into its folder: both tables, summary.json (strict JSON), the
-resolved scenario and the plots."""
+"""Writing results into their folder: a run's tables, summary.json (strict JSON), resolved
+scenario and plots; a sweep's table, grid, base scenario and plots."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from simulator.config import dump_scenario
 from simulator.engine.result import SimulationResult
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SWEEP_FILE = "sweep.parquet"
+"""A sweep folder's table: one row per grid point."""
+SWEEP_META = "sweep.json"
+"""A sweep folder's grid: scenario, grid values, ``--set`` items and the grid keys."""
 
 
 def _json_default(value: Any) -> Any:
@@ -57,3 +65,27 @@ def write_result(
         from simulator.plots.run import save_run_plots
 
         save_run_plots(result.requests, result.steps, folder / "plots", fmt=fmt)
+
+
+def write_sweep(
+    table: pd.DataFrame,
+    folder: Path,
+    meta: dict[str, Any],
+    scenario_yaml: str,
+    plots: bool = True,
+    fmt: str = "png",
+) -> None:
+    """Write a sweep's table, its grid (``meta``), base scenario and plots into ``folder``."""
+    table.to_parquet(folder / SWEEP_FILE, index=False)
+    (folder / SWEEP_META).write_text(json.dumps(meta, indent=2) + "\n")
+    (folder / "scenario.yaml").write_text(scenario_yaml)
+    if plots:
+        from simulator.plots.run import save_sweep_plots
+
+        save_sweep_plots(table, list(meta["keys"]), folder / "plots", fmt=fmt)
+
+
+def read_sweep_keys(folder: Path) -> list[str]:
+    """The grid keys of a sweep folder (none if its ``sweep.json`` is missing)."""
+    meta_file = folder / SWEEP_META
+    return list(json.loads(meta_file.read_text())["keys"]) if meta_file.exists() else []

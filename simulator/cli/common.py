@@ -1,0 +1,121 @@
+"""What every ``servesim`` command shares: exit codes, the scenario arguments, the run summary
+table, and the signal handling of ``main``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+# what ``ArgumentParser.add_subparsers`` returns (a private class of argparse, generic only
+# in its type stubs)
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+else:
+    Subparsers = argparse._SubParsersAction
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+def add_scenario_args(p: argparse.ArgumentParser) -> None:
+    """The scenario file and its ``--set`` overrides."""
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario key, e.g. --set scheduler.max_num_seqs=64 (repeatable)",
+    )
+
+
+def add_format_arg(p: argparse.ArgumentParser) -> None:
+    """``--format`` of the plots a command draws."""
+    # plots.style.FORMATS, spelt out: importing matplotlib would slow every command's start
+    p.add_argument("--format", choices=["png", "svg"], default="png", help="plot file format")
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A short human table of a run's headline figures."""
+
+    def num(key: str, fmt: str, scale: float = 1.0) -> str:
+        """An undefined figure (NaN, or None as summary.json writes it) shows as "-"."""
+        v = summary.get(key)
+        if v is None or (isinstance(v, float) and not math.isfinite(v)):
+            return "-"
+        return format(v * scale, fmt)
+
+    lines = [
+        f"requests   {summary['num_finished']} finished, {summary['num_rejected']} rejected "
+        f"of {summary['num_requests']}, {summary['num_preemptions']} preemptions",
+        f"duration   {num('duration_s', '.2f')} s simulated, {summary['num_steps']} steps",
+        f"throughput {num('request_throughput', '.2f')} req/s, "
+        f"{num('output_token_throughput', '.0f')} output tok/s, "
+        f"{num('total_token_throughput', '.0f')} total tok/s",
+        f"KV blocks  {num('kv_utilization_mean', '.1f', 100)}% mean, "
+        f"{num('kv_utilization_max', '.1f', 100)}% max",
+        f"{'latency ms':<12}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",
+    ]
+    for m in ("ttft", "tpot", "itl", "e2e", "queue_delay"):
+        row = [num(f"{m}_{s}_s", ".1f", 1e3) for s in ("mean", "p50", "p90", "p99")]
+        lines.append(f"{m:<12}" + "".join(f"{v:>10}" for v in row))
+    if "goodput" in summary:
+        lines.append(
+            f"goodput    {num('goodput', '.2f')} req/s "
+            f"({num('slo_attainment', '.1f', 100)}% of requests meet the SLO)"
+        )
+    return "\n".join(lines)
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived. Like KeyboardInterrupt, not an ``Exception``: nothing catches it by
+    mistake, and every ``finally`` (the temporary results folder's removal) runs."""
+
+
+@contextmanager
+def sigterm_raises_terminated() -> Iterator[None]:
+    """While the CLI runs, SIGTERM raises ``Terminated`` in the main thread instead of killing
+    the process at once; the previous handler is restored afterwards.
+
+    Worker processes forked by a sweep inherit the handler: in them it restores the default
+    action and re-sends the signal, so a worker still dies of SIGTERM as before. Outside the
+    main thread (where ``signal.signal`` is not allowed) nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pid = os.getpid()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != pid:  # a forked worker: die of SIGTERM, as without this handler
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def silence_stdout() -> None:
+    """After a broken pipe (``servesim presets | head -1``), send what is left of stdout to
+    /dev/null, so Python's final flush fails no more (see "Note on SIGPIPE" in the ``signal``
+    module's documentation)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout is no real file (captured in tests)
+        pass

@@ -1,0 +1,59 @@
+"""``servesim fetch``: download public traces and profiles, sha256-verified."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+
+from simulator.cli.common import Subparsers
+
+
+def register(subparsers: Subparsers) -> argparse.ArgumentParser:
+    """Add the ``fetch`` command."""
+    p = subparsers.add_parser(
+        "fetch",
+        help="download public traces and profiles (sha256-verified)",
+        description=inspect.cleandoc(run.__doc__ or ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="file, group (traces, lengths, profiles) or all; default: traces",
+    )
+    p.add_argument("--dest", default="data", help="base folder of the files (default: data)")
+    p.add_argument(
+        "--base-url",
+        help="mirror to download from instead of raw.githubusercontent.com "
+        "(default: $SERVESIM_DATA_URL if set)",
+    )
+    p.add_argument("--force", action="store_true", help="download even verified files again")
+    p.add_argument(
+        "--list",
+        action="store_true",
+        help="list the files and whether each is present and verified",
+    )
+    p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Download public traces and profiles, pinned to a commit and verified by sha256.
+
+    NAME is a file, a group (traces, lengths, profiles) or all; no NAME means traces, the files
+    the trace scenarios read. Files already present with the right sha256 are not downloaded
+    again. The source is raw.githubusercontent.com, or a mirror laid out as
+    BASE/OWNER/REPO/COMMIT/PATH named by --base-url or $SERVESIM_DATA_URL (file:// works).
+    """
+    from simulator.workload.datasets import fetch, format_listing, select
+
+    if args.list:
+        # a listing with no names shows everything, not just the default selection
+        print(format_listing(select(args.names or ["all"]), args.dest))
+        return 0
+    paths = fetch(
+        args.names, args.dest, args.base_url, force=args.force, progress=not args.no_progress
+    )
+    print(f"{len(paths)} file(s) verified under {args.dest}")
+    return 0

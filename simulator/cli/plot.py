@@ -1,0 +1,47 @@
+"""``servesim plot``: redraw the plots of a run or sweep folder."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from simulator.cli.common import Subparsers, add_format_arg
+
+
+def register(subparsers: Subparsers) -> argparse.ArgumentParser:
+    """Add the ``plot`` command."""
+    p = subparsers.add_parser(
+        "plot", help="redraw the plots of a run or sweep folder", description=run.__doc__
+    )
+    p.add_argument("folder", help="a folder written by `servesim run` or `servesim sweep`")
+    add_format_arg(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Redraw the plots of a run folder or a sweep folder."""
+    import pandas as pd
+
+    from simulator.errors import InputError
+    from simulator.plots.run import save_run_plots, save_sweep_plots
+    from simulator.results.writer import SWEEP_FILE, read_sweep_keys
+
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        raise InputError(f"{folder}: no such folder")
+    if (folder / SWEEP_FILE).exists():
+        table = pd.read_parquet(folder / SWEEP_FILE)
+        save_sweep_plots(table, read_sweep_keys(folder), folder / "plots", fmt=args.format)
+        print(f"sweep plots redrawn in {folder / 'plots'}")
+        return 0
+    req, steps = folder / "requests.parquet", folder / "steps.parquet"
+    if req.exists() and steps.exists():
+        paths = save_run_plots(
+            pd.read_parquet(req), pd.read_parquet(steps), folder / "plots", fmt=args.format
+        )
+        print(f"{len(paths)} plots redrawn in {folder / 'plots'}")
+        return 0
+    raise InputError(
+        f"{folder}: neither a run folder (requests.parquet, steps.parquet) nor a sweep folder "
+        f"({SWEEP_FILE})"
+    )

@@ -1,0 +1,116 @@
+"""``servesim sweep``: run a grid of scenario variants in parallel and tabulate them."""
+
+from __future__ import annotations
+
+import argparse
+from contextlib import suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from simulator.cli.common import Subparsers, add_format_arg
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simulator.config import ScenarioConfig
+
+
+def register(subparsers: Subparsers) -> argparse.ArgumentParser:
+    """Add the ``sweep`` command."""
+    p = subparsers.add_parser(
+        "sweep", help="run a grid of scenario variants in parallel", description=run.__doc__
+    )
+    p.add_argument("scenario", help="base scenario YAML file")
+    p.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        required=True,
+        metavar="KEY=V1,V2,...",
+        help="values of a dotted key to sweep (repeatable: the cartesian product is run)",
+    )
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fixed override")
+    p.add_argument("--jobs", type=int, default=0, help="parallel processes (default: all cores)")
+    p.add_argument("--out", help="output folder (default: results/<name>-sweep/<timestamp>/)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
+    p.add_argument("--no-plots", action="store_true", help="skip drawing plots")
+    add_format_arg(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the cartesian product of grids in parallel processes."""
+    from simulator.errors import InputError
+    from simulator.explore.sweep import check_some_point_is_valid, parse_grid, sweep_base
+    from simulator.results.outdir import default_out_dir, reserve_out_dir
+
+    # validate every grid point first, then run them, then write table and plots
+    grid = parse_grid(args.grid)
+    base, base_cfg = sweep_base(args.scenario, args.set, grid)
+    name = base_cfg.name
+    if args.jobs < 0:
+        raise InputError(f"--jobs {args.jobs}: must be >= 0 (0 = all cores)")
+    check_some_point_is_valid(base, grid, args.scenario)
+    given = bool(args.out)
+    # a default folder is reserved under a name no other sweep has, and removed on failure
+    out = Path(args.out) if given else reserve_out_dir(default_out_dir(f"{name}-sweep"))
+    try:
+        table = _run_into(out, given, args, base, base_cfg, grid)
+    except BaseException:
+        if not given:
+            with suppress(OSError):
+                out.rmdir()  # only if still empty
+        raise
+    failed = table[table["status"] == "failed"]
+    print(f"{name}: {len(table) - len(failed)} of {len(table)} runs ok; results in {out}")
+    print(_sweep_table(table, list(grid)))
+    # exit 1 if any point failed, so a script notices; the table still holds every point
+    return 1 if len(failed) else 0
+
+
+def _run_into(
+    out: Path,
+    given: bool,
+    args: argparse.Namespace,
+    base: dict[str, Any],
+    base_cfg: ScenarioConfig,
+    grid: dict[str, list[Any]],
+) -> pd.DataFrame:
+    """Run the sweep into a temporary folder renamed to ``out`` at the end; the table."""
+    from simulator.explore.sweep import base_yaml, run_sweep
+    from simulator.results.outdir import atomic_dir, check_out_dir
+    from simulator.results.writer import write_sweep
+
+    check_out_dir(out, args.overwrite, given=given)
+    with atomic_dir(out, args.overwrite, given=given) as tmp:
+        table = run_sweep(
+            base,
+            grid,
+            tmp,
+            source=args.scenario,
+            jobs=args.jobs,
+            plots=not args.no_plots,
+            fmt=args.format,
+            progress=None,
+        )
+        meta = {"scenario": args.scenario, "grid": grid, "set": args.set, "keys": list(grid)}
+        scenario = base_yaml(base_cfg, args.scenario, args.set, grid)
+        write_sweep(table, tmp, meta, scenario, plots=not args.no_plots, fmt=args.format)
+    return table
+
+
+def _sweep_table(table: pd.DataFrame, keys: list[str]) -> str:
+    """The sweep's headline figures, one row per point, latencies in ms."""
+    cols = [
+        "ttft_p50_s",
+        "ttft_p99_s",
+        "tpot_p50_s",
+        "tpot_p99_s",
+        "request_throughput",
+        "num_preemptions",
+    ]
+    show = table[[*keys, "status", *[c for c in cols if c in table]]].copy()
+    for c in cols:
+        if c in show and c.endswith("_s"):
+            show[c.replace("_s", "_ms")] = show.pop(c) * 1e3
+    return show.to_string(index=False, float_format=lambda v: f"{v:.1f}")
