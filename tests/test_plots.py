@@ -1,4 +1,4 @@
-"""Tests for simulator.plots.run on synthetic runs and sweeps (no engine needed)."""
+"""Tests for simulator.plots (run and sweep figures) on synthetic data (no engine needed)."""
 
 from __future__ import annotations
 
@@ -19,15 +19,13 @@ from simulator.errors import InputError
 from simulator.plots.run import (
     bin_steps,
     binned_median,
-    plot_budget_comparison,
     plot_e2e_vs_prompt,
     plot_kv_timeline,
     plot_latency_cdfs,
     plot_step_timeline,
-    plot_sweep,
     save_run_plots,
-    save_sweep_plots,
 )
+from simulator.plots.sweep import plot_budget_comparison, plot_sweep, save_sweep_plots
 
 # Any matplotlib warning (log axis on non-positive data, layout failures...) is a defect.
 pytestmark = pytest.mark.filterwarnings("error")

@@ -23,7 +23,8 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from simulator.errors import InputError
-    from simulator.plots.run import save_run_plots, save_sweep_plots
+    from simulator.plots.run import save_run_plots
+    from simulator.plots.sweep import save_sweep_plots
     from simulator.results.writer import SWEEP_FILE, read_sweep_keys
 
     folder = Path(args.folder)

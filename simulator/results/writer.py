@@ -80,7 +80,7 @@ def write_sweep(
     (folder / SWEEP_META).write_text(json.dumps(meta, indent=2) + "\n")
     (folder / "scenario.yaml").write_text(scenario_yaml)
     if plots:
-        from simulator.plots.run import save_sweep_plots
+        from simulator.plots.sweep import save_sweep_plots
 
         save_sweep_plots(table, list(meta["keys"]), folder / "plots", fmt=fmt)
 
