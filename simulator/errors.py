@@ -24,6 +24,15 @@ def in_field(field: str, load: Callable[[_A], _T], arg: _A) -> _T:
         raise InputError(f"{field}: {err}") from None
 
 
+def reason_of(err: BaseException) -> str:
+    """Why ``err`` happened, on one line and without the path (messages name it themselves):
+    an OSError's reason, else the first line of its message, else its type's name."""
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    text = str(err).strip().splitlines()
+    return " ".join(text[0].split()) if text else type(err).__name__
+
+
 def warn(message: str) -> None:
     """One line on stderr."""
     print(f"servesim: warning: {message}", file=sys.stderr)

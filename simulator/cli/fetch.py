@@ -53,7 +53,12 @@ def run(args: argparse.Namespace) -> int:
         print(format_listing(select(args.names or ["all"]), args.dest))
         return 0
     paths = fetch(
-        args.names, args.dest, args.base_url, force=args.force, progress=not args.no_progress
+        args.names,
+        args.dest,
+        args.base_url,
+        force=args.force,
+        progress=not args.no_progress,
+        report=print,
     )
     print(f"{len(paths)} file(s) verified under {args.dest}")
     return 0

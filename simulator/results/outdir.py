@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from simulator.errors import InputError
+from simulator.errors import InputError, reason_of
 
 __all__ = ["atomic_dir", "check_out_dir", "default_out_dir", "reserve_out_dir"]
 
@@ -42,16 +42,8 @@ def reserve_out_dir(base: Path) -> Path:
                 continue
             return candidate
     except OSError as err:
-        raise InputError(f"{base}: cannot create ({_reason(err)})") from None
+        raise InputError(f"{base}: cannot create ({reason_of(err)})") from None
     raise AssertionError("unreachable")
-
-
-def _reason(err: OSError) -> str:
-    """An OSError's reason, without the path (messages name the path themselves)."""
-    if err.strerror:
-        return err.strerror
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__
 
 
 def _label(out: Path, given: bool) -> str:
@@ -87,7 +79,7 @@ def check_out_dir(out: Path, overwrite: bool, *, given: bool = True) -> Path:
     try:
         path = Path(out).resolve()
     except (OSError, RuntimeError) as err:  # RuntimeError: a symlink loop (Python < 3.13)
-        reason = _reason(err) if isinstance(err, OSError) else "symlink loop"
+        reason = reason_of(err) if isinstance(err, OSError) else "symlink loop"
         raise InputError(f"{label}: cannot create ({reason})") from None
     if _dangerous(path):
         what = "/" if path == Path(path.anchor) else "the working folder or one of its parents"
@@ -100,7 +92,7 @@ def check_out_dir(out: Path, overwrite: bool, *, given: bool = True) -> Path:
     try:
         non_empty = path.is_dir() and any(path.iterdir())
     except OSError as err:
-        raise InputError(f"{label}: cannot read ({_reason(err)})") from None
+        raise InputError(f"{label}: cannot read ({reason_of(err)})") from None
     if non_empty and not overwrite:
         hint = " (use --overwrite to replace it)" if given else ""
         raise InputError(f"{label}: folder is not empty{hint}")
@@ -113,7 +105,7 @@ def check_out_dir(out: Path, overwrite: bool, *, given: bool = True) -> Path:
     try:  # a real attempt: root passes os.access, and /proc or a read-only mount do not say
         os.rmdir(tempfile.mkdtemp(prefix=".servesim-probe-", dir=anchor))
     except OSError as err:
-        raise InputError(f"{label}: cannot create ({_reason(err)})") from None
+        raise InputError(f"{label}: cannot create ({reason_of(err)})") from None
     return path
 
 
@@ -141,14 +133,14 @@ def atomic_dir(out: Path, overwrite: bool, *, given: bool = True) -> Iterator[Pa
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     except OSError as err:
-        raise InputError(f"{label}: cannot create ({_reason(err)})") from None
+        raise InputError(f"{label}: cannot create ({reason_of(err)})") from None
     try:
         yield tmp
         tmp.chmod(mode)
         _move_into_place(tmp, path, overwrite, label, given)
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise InputError(f"{label}: cannot write results ({_reason(err)})") from err
+        raise InputError(f"{label}: cannot write results ({reason_of(err)})") from err
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

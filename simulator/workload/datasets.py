@@ -15,12 +15,12 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
-from simulator.errors import InputError
+from simulator.errors import InputError, reason_of
 
 __all__ = [
     "BASE_URL_ENV",
@@ -248,7 +248,7 @@ def file_state(entry: DataFile, dest_dir: str | Path = DEFAULT_DEST) -> FileStat
         # the size check spares hashing a file that cannot match
         ok = path.stat().st_size == entry.size and sha256_of(path) == entry.sha256
     except OSError as err:
-        raise InputError(f"{entry.name}: cannot read {path}: {_reason(err)}") from err
+        raise InputError(f"{entry.name}: cannot read {path}: {reason_of(err)}") from err
     return "verified" if ok else "mismatch"
 
 
@@ -276,9 +276,12 @@ def fetch(
     force: bool = False,
     progress: bool = True,
     timeout: float = TIMEOUT_S,
+    report: Callable[[str], object] | None = None,
 ) -> list[Path]:
     """Download the named files under ``dest_dir``, skipping those already verified; return
-    their paths. ``base_url`` None means ``$SERVESIM_DATA_URL`` or GitHub."""
+    their paths. ``base_url`` None means ``$SERVESIM_DATA_URL`` or GitHub. ``report`` gets
+    one line per file saying what was done (the CLI prints them)."""
+    say = report or (lambda line: None)
     entries = select(names)
     base = base_url or base_url_from_env()
     paths: list[Path] = []
@@ -286,13 +289,13 @@ def fetch(
         dest = Path(dest_dir) / entry.dest
         state = file_state(entry, dest_dir)
         if state == "verified" and not force:
-            print(f"{entry.name}: {dest} up to date")
+            say(f"{entry.name}: {dest} up to date")
             paths.append(dest)
             continue
         if state == "mismatch":
-            print(f"{entry.name}: {dest} does not match its sha256, downloading it again")
+            say(f"{entry.name}: {dest} does not match its sha256, downloading it again")
         _download(entry, entry.url(base), dest, progress, timeout)
-        print(f"{entry.name}: {dest} downloaded and verified ({entry.size:,} bytes)")
+        say(f"{entry.name}: {dest} downloaded and verified ({entry.size:,} bytes)")
         paths.append(dest)
     return paths
 
@@ -304,7 +307,9 @@ def _download(entry: DataFile, url: str, dest: Path, progress: bool, timeout: fl
         # same directory as dest, so os.replace is an atomic rename, not a copy
         fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     except OSError as err:
-        raise InputError(f"{entry.name}: cannot write into {dest.parent}: {_reason(err)}") from err
+        raise InputError(
+            f"{entry.name}: cannot write into {dest.parent}: {reason_of(err)}"
+        ) from err
     tmp = Path(name)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -314,7 +319,7 @@ def _download(entry: DataFile, url: str, dest: Path, progress: bool, timeout: fl
                 # durable before the rename, or a crash could leave an empty verified name
                 os.fsync(handle.fileno())
             except (OSError, http.client.HTTPException, ValueError) as err:
-                raise InputError(f"{entry.name}: {url}: {_reason(err, timeout)}") from err
+                raise InputError(f"{entry.name}: {url}: {_download_reason(err, timeout)}") from err
         if size != entry.size:
             got = f"more than {entry.size}" if size > entry.size else f"only {size}"
             raise InputError(f"{entry.name}: {url}: got {got} bytes, expected {entry.size}")
@@ -327,7 +332,7 @@ def _download(entry: DataFile, url: str, dest: Path, progress: bool, timeout: fl
             os.chmod(tmp, 0o644)
             os.replace(tmp, dest)
         except OSError as err:
-            raise InputError(f"{entry.name}: cannot write {dest}: {_reason(err)}") from err
+            raise InputError(f"{entry.name}: cannot write {dest}: {reason_of(err)}") from err
     finally:
         # after a failure (or Ctrl-C) the partial download goes; after success it is gone already
         tmp.unlink(missing_ok=True)
@@ -366,8 +371,8 @@ def _stream(
     return size, digest.hexdigest()
 
 
-def _reason(err: BaseException, timeout: float = TIMEOUT_S) -> str:
-    """One line saying why a download or file operation failed."""
+def _download_reason(err: BaseException, timeout: float) -> str:
+    """One line saying why a download failed (HTTP, URL and timeouts; else ``reason_of``)."""
     if isinstance(err, urllib.error.HTTPError):
         return f"HTTP {err.code} {err.reason}"
     if isinstance(err, urllib.error.URLError):
@@ -380,7 +385,4 @@ def _reason(err: BaseException, timeout: float = TIMEOUT_S) -> str:
         return f"cannot open: {' '.join(str(reason).split())}"
     if isinstance(err, TimeoutError):
         return f"timed out after {timeout:g} s"
-    if isinstance(err, OSError) and err.strerror:
-        return err.strerror
-    text = str(err) or type(err).__name__
-    return " ".join(text.split())
+    return reason_of(err)
