@@ -281,7 +281,7 @@ def fetch(
     """Download the named files under ``dest_dir``, skipping those already verified; return
     their paths. ``base_url`` None means ``$SERVESIM_DATA_URL`` or GitHub. ``report`` gets
     one line per file saying what was done (the CLI prints them)."""
-    say = report or (lambda line: None)
+    say = report or (lambda _: None)
     entries = select(names)
     base = base_url or base_url_from_env()
     paths: list[Path] = []

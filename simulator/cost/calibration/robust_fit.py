@@ -39,7 +39,7 @@ _TUKEY_C = 4.685
 _SCALE_FLOOR = 1e-3
 
 
-def _robust_scale(r: Array, w: Array) -> float:
+def _robust_scale(r: Array) -> float:
     """MAD-based scale of the residuals of all rows: the MAD ignores outliers by itself, and
     measuring it on the rows still in play only would shrink it each round until most rows
     are dropped (it did: 7 of 13 prefills on H100 TP 8)."""
@@ -76,13 +76,13 @@ def _wnnls(a: Array, w: Array) -> Array:
     return np.asarray(x, dtype=float)
 
 
-def _row_scales(r: Array, w: Array, strata: Array) -> Array:
+def _row_scales(r: Array, strata: Array) -> Array:
     """Robust scale per stratum, spread to its rows: decodes may scatter by 1% and prefills by
     5%, and one pooled scale would call every prefill an outlier."""
     out = np.empty(len(r))
     for s in np.unique(strata):
         m = strata == s
-        out[m] = _robust_scale(r[m], w[m])
+        out[m] = _robust_scale(r[m])
     return out
 
 
@@ -93,7 +93,7 @@ def _irls(a: Array, x: Array, strata: Array, iters: int = 50) -> tuple[Array, Ar
         # Weights from the log ratio (symmetric, see _log_start); the solve itself is in
         # relative error, which the log ratio approximates for the rows that keep weight.
         r = np.log(np.maximum(a @ x, 1e-12))
-        u = np.abs(r) / _row_scales(r, w, strata)
+        u = np.abs(r) / _row_scales(r, strata)
         w_new = np.where(u < _TUKEY_C, (1.0 - (u / _TUKEY_C) ** 2) ** 2, 0.0)
         if np.count_nonzero(w_new) < a.shape[1]:
             break  # too few rows left to pin every coefficient: keep the last good solution
