@@ -615,6 +615,104 @@ def test_load_fitted_rejects_negative_or_unknown_coefficients(tmp_path: Path) ->
         load_fitted(FittedCostConfig(path="no-such-preset"))
 
 
+# -- a preset under which a step can take no time is refused when loaded ---------------------
+
+
+def _preset_file(tmp_path: Path, coefficients: dict[str, float], scales: FeatureScales) -> Path:
+    """A preset file with these coefficients (written as is, not validated)."""
+    base = FittedPreset(name="t", model="m", hardware="h", tp=1, scales=scales, coefficients=TRUE)
+    data = base.model_dump(mode="json") | {"coefficients": coefficients}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+# every step of >= 1 sequence, in small shapes: decode-only, prefill-only (chunks and whole
+# prompts, with and without cached context) and mixed
+STEPS = [
+    Batch([1], [0]),
+    Batch([1, 1, 1], [5, 0, 700]),
+    Batch([2], [0]),
+    Batch([64, 3], [0, 9]),
+    Batch([1, 16], [40, 0]),
+    Batch([1, 1, 512], [3, 3, 100]),
+]
+
+
+@pytest.mark.parametrize(
+    ("coefficients", "kind", "fix", "zero_step"),
+    [
+        ({"prefill_step": 5.0}, "decode-only", "per_decode_seq", Batch([1, 1], [0, 9])),
+        ({"per_prefill_seq": 2.0}, "decode-only", "per_decode_seq", Batch([1], [0])),
+        ({"per_decode_seq": 0.4}, "prefill-only", "prefill_step or per_prefill_seq", STEPS[2]),
+        ({"gemm_large": 1.0}, "decode-only", "per_decode_seq", Batch([1], [0])),
+    ],
+)
+def test_a_preset_that_can_time_a_step_at_zero_is_refused_at_load(
+    tmp_path: Path, coefficients: dict[str, float], kind: str, fix: str, zero_step: Batch
+) -> None:
+    # no knee: gemm_large is then exactly 0 on every step (with one it only fades to ~0)
+    scales = SCALES.with_knee(None)
+    path = _preset_file(tmp_path, coefficients, scales)
+    with pytest.raises(InputError) as info:
+        load_preset(str(path))
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{path}: field 'coefficients'")
+    assert f"a {kind} step would take no time; set {fix} (or one of overhead," in message
+    # the refusal is right: unvalidated, the model times such a step at 0 s
+    unchecked = FittedPreset.model_construct(scales=scales, coefficients=coefficients)
+    assert FittedCostModel(unchecked).step_time(zero_step) == 0.0
+
+
+@pytest.mark.parametrize(
+    "coefficients",
+    [
+        {"overhead": 1.0},
+        {"gemm": 1.0},
+        {"kv_read": 1.0},
+        {"attention": 1.0},
+        {"per_decode_seq": 0.4, "prefill_step": 5.0},
+        {"per_decode_seq": 0.4, "per_prefill_seq": 2.0},
+    ],
+)
+def test_a_preset_under_which_every_step_takes_time_loads(
+    tmp_path: Path, coefficients: dict[str, float]
+) -> None:
+    preset = load_preset(str(_preset_file(tmp_path, coefficients, SCALES)))
+    model = FittedCostModel(preset)
+    assert all(model.step_time(step) > 0 for step in STEPS)
+
+
+def test_cli_refuses_a_zero_time_preset_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.test_cli import SMALL
+
+    path = _preset_file(tmp_path, {"prefill_step": 5.0}, SCALES)
+    scenario = tmp_path / "s.yaml"
+    cost_model = {"type": "fitted", "path": str(path)}
+    scenario.write_text(yaml.safe_dump(SMALL | {"cost_model": cost_model}))
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("servesim: error: ")
+    assert "decode-only step would take no time; set per_decode_seq" in err
+    assert not out.exists()
+
+
+def test_calibrate_refuses_a_fit_that_times_a_step_at_zero() -> None:
+    b, n, c = synthetic_points()
+    meas = pd.DataFrame(
+        {"num_seqs": b, "new_tokens": n, "context_len": c, "step_ms": true_ms(b, n, c)}
+    )
+    with pytest.raises(InputError, match="would time a decode-only step at 0 s") as info:
+        calibrate(
+            meas, "llama-2-7b", "a100-80gb", 1, rng=np.random.default_rng(0),
+            features=("prefill_step", "per_prefill_seq"),
+        )  # fmt: skip
+    assert "per_decode_seq" in str(info.value)
+
+
 def test_step_kinds_from_shape_or_column() -> None:
     meas = pd.DataFrame({"num_seqs": [1, 4], "new_tokens": [7, 1], "context_len": [0, 3]})
     assert step_kinds(meas).tolist() == ["prefill", "decode"]

@@ -17,7 +17,7 @@ import math
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from simulator.cost.batch import Batch
 from simulator.cost.features import (
@@ -30,6 +30,37 @@ from simulator.cost.features import (
 )
 from simulator.cost.interface import CostModel
 from simulator.cost.presets import load_yaml_model, preset_names, resolve_preset
+
+# On a step of >= 1 sequence these features are never below the given floor (features.py):
+# overhead 1; gemm max(matmul, weight read) >= weight_read_ms; kv_read (context + tokens) >= 1
+# token; attention >= 1 query-key pair. gemm_large is left out: it fades to ~0 on small steps.
+_ALWAYS = ("overhead", "gemm", "kv_read", "attention")
+
+
+def zero_time_steps(coefficients: dict[str, float], scales: FeatureScales) -> list[tuple[str, str]]:
+    """The step kinds (decode-only, prefill-only) that ``coefficients`` could time at 0 s,
+    each with the coefficients that would make it take time; empty if every step takes time."""
+    floors = {
+        "overhead": 1.0,
+        "gemm": scales.weight_read_ms,
+        "kv_read": scales.kv_read_ms_per_token,
+        "attention": scales.attention_ms_per_pair,
+        # a decode-only step has >= 1 decode; a prefill-only one a prefill and >= 1 prefill seq
+        "per_decode_seq": 1.0,
+        "prefill_step": 1.0,
+        "per_prefill_seq": 1.0,
+    }
+    kinds = (
+        ("decode-only", ("per_decode_seq",)),
+        ("prefill-only", ("prefill_step", "per_prefill_seq")),
+    )
+    out = []
+    for kind, own in kinds:
+        # seconds, as the engine sees it: one term > 0 s is enough (every term is >= 0)
+        terms = [coefficients.get(f, 0.0) * floors[f] * 1e-3 for f in (*own, *_ALWAYS)]
+        if max(terms) <= 0:
+            out.append((kind, f"{' or '.join(own)} (or one of {', '.join(_ALWAYS)})"))
+    return out
 
 
 class FittedPreset(BaseModel):
@@ -67,6 +98,22 @@ class FittedPreset(BaseModel):
             raise ValueError(f"coefficients must be finite and >= 0, got {bad}")
         if not any(v > 0 for v in value.values()):
             raise ValueError("at least one coefficient must be > 0")
+        return value
+
+    @field_validator("coefficients")
+    @classmethod
+    def _every_step_takes_time(
+        cls, value: dict[str, float], info: ValidationInfo
+    ) -> dict[str, float]:
+        """Refuse coefficients under which some step of >= 1 sequence would take 0 s (the
+        engine would stop mid-run), naming the coefficients that would fix it."""
+        scales = info.data.get("scales")
+        if scales is None:  # invalid scales: that error is reported instead
+            return value
+        missing = zero_time_steps(value, scales)
+        if missing:
+            kind, fix = missing[0]
+            raise ValueError(f"a {kind} step would take no time; set {fix} > 0")
         return value
 
 

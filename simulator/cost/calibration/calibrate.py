@@ -26,8 +26,9 @@ from simulator.cost.calibration.measurements import (
     step_kinds,
 )
 from simulator.cost.features import FEATURES, FeatureScales
-from simulator.cost.fitted import FittedCostModel, FittedPreset
+from simulator.cost.fitted import FittedCostModel, FittedPreset, zero_time_steps
 from simulator.cost.presets import load_hardware, load_model
+from simulator.errors import InputError
 
 
 def calibrate(
@@ -53,28 +54,23 @@ def calibrate(
     heldout = kfold_predictions(rows, scales, folds, rng, features, progress)
     fit = fit_measurements(rows, scales, features)
     flags = inconsistent_points(rows)
-    kinds = step_kinds(rows).tolist()
-    y = rows["step_ms"].to_numpy(dtype=float)
-    pts = rows[list(POINT_COLUMNS)].to_numpy(dtype=int)
-    report: dict[str, Any] = {
-        "folds": folds,
-        "all_points": error_summary(kinds, y, heldout),
-        "consistent_points": error_summary(kinds, y, heldout, ~flags),
-        "inconsistent": [
-            {k: int(v) for k, v in zip(POINT_COLUMNS, pts[i], strict=True)}
-            | {"kind": kinds[i], "step_ms": round(float(y[i]), 3)}
-            for i in np.flatnonzero(flags)
-        ],
-    }
+    coefficients = {k: _round_sig(v) for k, v in fit.coefficients.items()}
+    zero_time = zero_time_steps(coefficients, scales.with_knee(fit.knee_tokens))
+    if zero_time:  # what loading the preset would refuse, said here in the terms of the fit
+        kind, fix = zero_time[0]
+        raise InputError(
+            f"the fit would time a {kind} step at 0 s (features left out: "
+            f"{', '.join(fit.dropped) or 'none'}); fit with {fix}, or add such steps"
+        )
     preset = FittedPreset(
         name=name or f"{model}_{hardware}_tp{tp}",
         model=model,
         hardware=hardware,
         tp=tp,
         scales=scales.with_knee(fit.knee_tokens),
-        coefficients={k: _round_sig(v) for k, v in fit.coefficients.items()},
+        coefficients=coefficients,
         source=source or {},
-        heldout=report,
+        heldout=_heldout_report(rows, heldout, flags, folds),
         notes=(
             f"{len(rows)} distinct points; robust fit gave zero weight to "
             f"{int(np.sum(fit.weights == 0))}; features left out: "
@@ -85,6 +81,26 @@ def calibrate(
         heldout_ms=heldout, fitted_ms=predict_rows(rows, scales, fit), inconsistent=flags
     )
     return preset, rows
+
+
+def _heldout_report(
+    rows: pd.DataFrame, heldout: np.ndarray, flags: np.ndarray, folds: int
+) -> dict[str, Any]:
+    """Held-out error per kind, over all points and over the consistent ones, and which
+    points are inconsistent (what a preset records under ``heldout``)."""
+    kinds = step_kinds(rows).tolist()
+    y = rows["step_ms"].to_numpy(dtype=float)
+    pts = rows[list(POINT_COLUMNS)].to_numpy(dtype=int)
+    return {
+        "folds": folds,
+        "all_points": error_summary(kinds, y, heldout),
+        "consistent_points": error_summary(kinds, y, heldout, ~flags),
+        "inconsistent": [
+            {k: int(v) for k, v in zip(POINT_COLUMNS, pts[i], strict=True)}
+            | {"kind": kinds[i], "step_ms": round(float(y[i]), 3)}
+            for i in np.flatnonzero(flags)
+        ],
+    }
 
 
 def _round_sig(x: float, digits: int = 6) -> float:
