@@ -8,6 +8,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,12 +68,13 @@ def grid_points(grid: dict[str, list[Any]]) -> list[GridPoint]:
 
 
 def _run_point(
-    base: dict[str, Any], point: GridPoint, source: str, folder: Path, plots: bool, fmt: str
+    point: GridPoint, base: dict[str, Any], source: str, runs: Path, plots: bool, fmt: str
 ) -> dict[str, Any]:
-    """Run one grid point into ``folder`` (in a worker process); return its summary row."""
+    """Run one grid point into ``runs/<point>`` (in a worker process); its summary row."""
     from simulator.results.writer import write_result
     from simulator.runner import resolve, run
 
+    folder = runs / point.name
     cfg = validate(apply_overrides(base, point.values, source), f"{source} [{point.name}]")
     cfg = resolve(cfg)
     result = run(cfg, progress=False)
@@ -131,33 +133,16 @@ def run_sweep(
             bar.write(f"servesim: run {point.name} ({values}) failed: {error}", file=sys.stderr)
         bar.update(1)
 
-    def folder(p: GridPoint) -> Path:
-        return out / "runs" / p.name
-
+    args = (base, source, out / "runs", plots, fmt)
     try:
         if jobs == 1 or len(points) == 1:
             for p in points:
                 try:
-                    record(p, _run_point(base, p, source, folder(p), plots, fmt), None)
+                    record(p, _run_point(p, *args), None)
                 except Exception as err:  # one bad point must not lose the others
                     record(p, None, _one_line(err))
         else:
-            with ProcessPoolExecutor(max_workers=min(jobs, len(points))) as pool:
-                futures = {
-                    pool.submit(_run_point, base, p, source, folder(p), plots, fmt): p
-                    for p in points
-                }
-                try:
-                    for fut in as_completed(futures):
-                        p = futures[fut]
-                        try:
-                            record(p, fut.result(), None)
-                        except Exception as err:
-                            record(p, None, _one_line(err))
-                except BaseException:
-                    # Ctrl-C or SIGTERM: drop the queued points instead of running them first
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    raise
+            _run_parallel(points, min(jobs, len(points)), args, record)
     finally:
         bar.close()
     table = pd.DataFrame([rows[i] for i in range(len(points))])
@@ -165,6 +150,28 @@ def run_sweep(
         if table[key].map(type).nunique() > 1:  # mixed int/float grid values: one dtype
             table[key] = table[key].astype(str)
     return table
+
+
+def _run_parallel(
+    points: list[GridPoint],
+    jobs: int,
+    args: tuple[dict[str, Any], str, Path, bool, str],
+    record: Callable[[GridPoint, dict[str, Any] | None, str | None], None],
+) -> None:
+    """Run ``points`` in ``jobs`` worker processes, recording each as it finishes."""
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(_run_point, p, *args): p for p in points}
+        try:
+            for fut in as_completed(futures):
+                p = futures[fut]
+                try:
+                    record(p, fut.result(), None)
+                except Exception as err:
+                    record(p, None, _one_line(err))
+        except BaseException:
+            # Ctrl-C or SIGTERM: drop the queued points instead of running them first
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def _one_line(err: BaseException) -> str:
