@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-
 from typing import TYPE_CHECKING, Any
+
+from simulator.version import __version__
+
+__all__ = ["__version__", "run"]
 
 if TYPE_CHECKING:
     from simulator.engine.simulation import SimulationResult

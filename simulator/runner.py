@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from simulator import __version__
 from simulator.config import ScenarioConfig, load_scenario, validate
 from simulator.cost import CostModel, RooflineCostConfig, build_cost_model
 from simulator.cost.fitted import FittedCostConfig, load_preset
@@ -21,6 +20,7 @@ from simulator.engine.simulation import Simulation
 from simulator.engine.tokens import sample, sample_many
 from simulator.errors import InputError, in_field, warn
 from simulator.scheduling import make_scheduler
+from simulator.version import __version__
 from simulator.workload import Workload, generate
 
 

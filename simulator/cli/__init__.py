@@ -43,7 +43,7 @@ COMMANDS = (run, sweep, plot, validate, presets, fetch, calibrate, predict, conv
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    from simulator import __version__
+    from simulator.version import __version__
 
     parser = argparse.ArgumentParser(
         prog="servesim",
