@@ -290,3 +290,15 @@ def sizes() -> Iterator[tuple[str, int, int]]:
 def test_no_module_or_function_too_long_to_read() -> None:
     long = [f"{name}: {lines} lines (limit {limit})" for name, lines, limit in sizes()]
     assert long == [], "split by noun / into steps: " + "; ".join(long)
+
+
+def test_readme_layout_has_a_row_per_subpackage() -> None:
+    rows = {
+        line.split("|")[1].strip().strip("`")
+        for line in (ROOT / "README.md").read_text().splitlines()
+        if line.startswith("| `simulator")
+    }
+    subpackages = {
+        f"{p.parent.relative_to(ROOT).as_posix()}/" for p in PACKAGE.glob("*/__init__.py")
+    }
+    assert subpackages <= rows, f"README layout lacks {sorted(subpackages - rows)}"
