@@ -11,7 +11,7 @@ import pytest
 
 import simulator
 import simulator.runner
-from simulator.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+from simulator.metrics.summary import REQUEST_COLUMNS, STEP_COLUMNS
 
 
 def scenario(**over: Any) -> dict[str, Any]:
