@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simulator.cost import CostModelConfig
 from simulator.errors import InputError
+from simulator.metrics.config import MetricsConfig
 from simulator.scheduling.config import SchedulerConfig
 from simulator.workload.config import WorkloadConfig
 
@@ -46,6 +47,8 @@ class ScenarioConfig(BaseModel):
     """Synthetic arrivals and lengths, or a trace to replay."""
     slo: SLOConfig | None = None
     """Latency targets for goodput (optional)."""
+    metrics: MetricsConfig = MetricsConfig()
+    """What the summary reports."""
 
 
 def _field_path(loc: tuple[int | str, ...], data: Any) -> str:

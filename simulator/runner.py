@@ -17,6 +17,7 @@ from simulator.cost import CostModel, RooflineCostConfig, build_cost_model
 from simulator.cost.fitted import FittedCostConfig, load_preset
 from simulator.engine.result import SimulationResult
 from simulator.engine.simulation import Simulation
+from simulator.engine.step_sink import make_sink
 from simulator.engine.tokens import sample, sample_many
 from simulator.errors import InputError, in_field, warn
 from simulator.scheduling import make_scheduler
@@ -81,12 +82,17 @@ def run(
     *,
     progress: bool | None = False,
     fast_decode: bool = True,
+    steps: str = "full",
+    steps_path: Path | None = None,
 ) -> SimulationResult:
     """Simulate a scenario and return its requests, steps and summary.
 
     ``progress``: True shows a progress bar on stderr, None shows one only on a terminal.
     ``fast_decode``: False steps plain decodes through the scheduler one by one (same results,
-    slower; for checking).
+    slower; for checking). ``steps``: ``full`` records every step, ``sampled`` one in 100 plus
+    every step that preempted, ``none`` no step row (the summary counts every step either way).
+    ``steps_path``: stream the step table to this parquet file as the run goes, a chunk at a
+    time, instead of keeping it in memory (``result.steps`` is then None).
     """
     cfg = resolve(scenario)
     check_workload_fits(cfg)
@@ -102,6 +108,9 @@ def run(
             slo=slo,
             progress=tick,
             fast_decode=fast_decode,
+            max_concurrency=cfg.workload.max_concurrency,
+            percentiles=cfg.metrics.percentiles,
+            step_sink=make_sink(steps, steps_path),
         )
         result = sim.run()
     warn_rejections(result)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from simulator.cli import main
-from simulator.metrics.summary import REQUEST_COLUMNS, STEP_COLUMNS
+from simulator.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 
 SMALL: dict[str, Any] = {
     "name": "cli-test",

@@ -11,7 +11,8 @@ import pytest
 
 import simulator
 import simulator.runner
-from simulator.metrics.summary import REQUEST_COLUMNS, STEP_COLUMNS
+from simulator.engine.recorder import Recorder
+from simulator.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 
 
 def scenario(**over: Any) -> dict[str, Any]:
@@ -228,27 +229,55 @@ def test_deferred_decode_windows_change_nothing(over: dict[str, Any]) -> None:
     assert decodes_only > 0.3  # the fast path had work to do
 
 
-@pytest.mark.parametrize("chunk", [1, 7, 100, 1 << 18])
-def test_token_times_match_a_plain_replay_whatever_the_chunk(chunk: int) -> None:
-    from simulator.engine.recorder import token_times
+def logging_recorder(logs: list[list[tuple[int, float]]]) -> type[Recorder]:
+    """A Recorder that also logs every sampled token as (request, time) into a new list of
+    ``logs``: the plain replay the streamed gaps are checked against."""
 
-    rng = np.random.default_rng(0)
-    n, num_steps = 50, 400
-    per_step = rng.integers(0, 6, num_steps).astype(np.int32)
-    ends = np.cumsum(rng.random(num_steps))
-    ids = np.concatenate([rng.choice(n, k, replace=False) for k in per_step]).astype(np.int32)
-    first_ref = np.full(n, np.nan)
+    class LoggingRecorder(Recorder):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            self.log: list[tuple[int, float]] = []
+            logs.append(self.log)
+
+        def record_samples(self, seqs: list[Any], end: float) -> None:
+            self.log.extend((int(s.seq_id), end) for s in seqs)
+            super().record_samples(seqs, end)
+
+    return LoggingRecorder
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 16])
+def test_streamed_itl_equals_the_gaps_of_a_token_log(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import simulator.engine.recorder as recorder
+    import simulator.engine.simulation as simulation
+
+    cfg = scenario(workload=dict(scenario()["workload"], num_requests=200))
+    fast = simulator.runner.run(cfg, fast_decode=True)
+    logs: list[list[tuple[int, float]]] = []
+    monkeypatch.setattr(recorder, "CHUNK_GAPS", chunk)
+    monkeypatch.setattr(recorder, "CHUNK_STEPS", chunk)
+    monkeypatch.setattr(simulation, "Recorder", logging_recorder(logs))
+    slow = simulator.runner.run(cfg, fast_decode=False)
     last: dict[int, float] = {}
-    gaps_ref = []
-    for i, t in zip(ids.tolist(), np.repeat(ends, per_step).tolist(), strict=True):
+    gaps = []
+    for i, t in logs[0]:
         if i in last:
-            gaps_ref.append(t - last[i])
-        else:
-            first_ref[i] = t
+            gaps.append(t - last[i])
         last[i] = t
-    first, gaps = token_times(ids, per_step, ends, n, chunk=chunk)
-    np.testing.assert_array_equal(first, first_ref)
-    np.testing.assert_array_equal(np.sort(gaps), np.sort(gaps_ref))
+    assert len(gaps) == int((slow.requests["output_len"] - 1).sum())
+    want = np.percentile(gaps, [50, 90, 99])
+    got = [slow.summary[f"itl_p{p}_s"] for p in (50, 90, 99)]
+    np.testing.assert_array_equal(got, want)
+    assert slow.summary["itl_mean_s"] == pytest.approx(np.mean(gaps), rel=1e-12)
+    # the fast path records a whole decode step as one weighted gap: the same distribution,
+    # and chunking the step table changes none of its rows
+    for key in ("itl_p50_s", "itl_p90_s", "itl_p99_s"):
+        assert fast.summary[key] == slow.summary[key]
+    assert fast.summary["itl_mean_s"] == pytest.approx(slow.summary["itl_mean_s"], rel=1e-12)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
 
 
 def test_rejections_are_warned_about_once(capsys: pytest.CaptureFixture[str]) -> None:

@@ -316,8 +316,8 @@ def test_bad_trace_fields(trace: dict[str, Any], fragment: str) -> None:
 
 def test_field_docstrings_become_descriptions() -> None:
     assert (
-        ArrivalConfig.model_fields["rate"].description
-        == "Mean arrival rate in requests per second."
+        ArrivalConfig.model_fields["cv"].description
+        == "Gamma only: coefficient of variation of inter-arrival times (1 = Poisson, >1 burstier)."
     )
 
 

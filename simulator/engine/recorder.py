@@ -1,10 +1,17 @@
-"""What a run records as it goes, in flat arrays, and the tables built from them at the end."""
+"""What a run records as it goes: per-request timestamps, the step table (a chunk at a time, to
+memory or to a file) and the inter-token gaps (into a streaming distribution), so memory stays
+proportional to requests, not to steps or tokens."""
 
 from __future__ import annotations
 
 from array import array
 
 import numpy as np
+import pandas as pd
+
+from simulator.engine.step_sink import StepSink
+from simulator.metrics import Distribution, StepStats, build_steps
+from simulator.scheduling.sequence import Sequence
 
 STEP_INT_FIELDS = (
     "num_seqs",
@@ -18,38 +25,107 @@ STEP_INT_FIELDS = (
 )
 """Integer columns of a step row, in the order ``record_step`` takes them."""
 
+CHUNK_STEPS = 1 << 16
+"""Step rows buffered before they go to the sink (~5 MiB)."""
+CHUNK_GAPS = 1 << 16
+"""Inter-token gaps buffered before they go to the distribution."""
+
 
 class Recorder:
-    """Per-request timestamps, one row per step, and one small integer per sampled token
-    (which request sampled it), turned into inter-token gaps after the run by numpy. No
-    per-token Python objects survive a step."""
+    """A run's records. Requests are indexed by their row in the workload."""
 
-    def __init__(self, num_requests: int) -> None:
+    def __init__(self, num_requests: int, num_blocks: int, sink: StepSink) -> None:
         nan = float("nan")
         self.first_scheduled = [nan] * num_requests
         """Per request: start of the first step that computed any of its tokens."""
+        self.first_token = [nan] * num_requests
+        """Per request: end of the step that sampled its first token."""
         self.finish = [nan] * num_requests
         """Per request: end of the step that sampled its last token."""
         self.num_preemptions = [0] * num_requests
         self.checksum = [0] * num_requests
         self.rejected: list[tuple[int, str]] = []
         """``(request, reason)`` of the requests that can never be served."""
-        self.step_times = array("d")  # start, duration per step
-        self.step_ints = array("q")  # STEP_INT_FIELDS per step
-        self.sampled_ids = array("i")  # request of each sampled token, in time order
-        self.sampled_per_step = array("i")
+        self.num_tokens = 0
+        """Tokens sampled in all."""
+        self.itl = Distribution()
+        """Every gap between two consecutive tokens of a request."""
+        self.step_stats = StepStats()
+        self._last_token = [nan] * num_requests  # when each request last sampled
+        self._num_blocks = num_blocks
+        self._sink = sink
+        self._step_times = array("d")  # start, duration per buffered step
+        self._step_ints = array("q")  # STEP_INT_FIELDS per buffered step
+        self._num_flushed = 0
+        self._gaps = array("d")  # gaps of single tokens
+        self._run_gaps = array("d")  # gaps shared by a whole deferred decode step ...
+        self._run_counts = array("q")  # ... and how many tokens share each
+
+    # -- steps ---------------------------------------------------------------------------------
 
     def record_step(self, start: float, duration: float, ints: tuple[int, ...]) -> None:
         """One step row: its start, its duration (checked > 0) and ``STEP_INT_FIELDS``."""
         if not duration > 0:
             raise RuntimeError(f"cost model returned a non-positive step time {duration!r}")
-        self.step_times.extend((start, duration))
-        self.step_ints.extend(ints)
+        self._step_times.extend((start, duration))
+        self._step_ints.extend(ints)
+        if len(self._step_times) >= 2 * CHUNK_STEPS:
+            self._flush_steps()
 
-    def record_tokens(self, request_ids: list[int]) -> None:
-        """The requests that sampled a token in the step just recorded, in plan order."""
-        self.sampled_ids.extend(request_ids)
-        self.sampled_per_step.append(len(request_ids))
+    def _flush_steps(self) -> None:
+        times = np.frombuffer(self._step_times, dtype=np.float64).reshape(-1, 2)
+        ints = np.frombuffer(self._step_ints, dtype=np.int64).reshape(-1, len(STEP_INT_FIELDS))
+        chunk = build_steps(times, ints, STEP_INT_FIELDS, self._num_blocks, self._num_flushed)
+        self._num_flushed += len(chunk)
+        self.step_stats.add(chunk)
+        self._sink.write(chunk)
+        del times, ints  # release the buffers' exports before resizing them
+        self._step_times = array("d")
+        self._step_ints = array("q")
+
+    # -- tokens --------------------------------------------------------------------------------
+
+    def record_samples(self, seqs: list[Sequence], end: float) -> None:
+        """The sequences that sampled a token in the step ending at ``end``."""
+        first, last, gaps = self.first_token, self._last_token, self._gaps
+        for seq in seqs:
+            i: int = seq.seq_id  # type: ignore[assignment]
+            prev = last[i]
+            if prev != prev:  # NaN: its first token
+                first[i] = end
+            else:
+                gaps.append(end - prev)
+            last[i] = end
+        self.num_tokens += len(seqs)
+        if len(gaps) >= CHUNK_GAPS:
+            self._flush_gaps()
+
+    def record_decode_step(self, num_seqs: int, start: float, end: float) -> None:
+        """A deferred decode step from ``start`` to ``end``: each of its ``num_seqs``
+        sequences sampled in the step just before (the fast path takes only such steps), at
+        ``start``, so each adds the gap ``end - start``."""
+        self._run_gaps.append(end - start)
+        self._run_counts.append(num_seqs)
+        self.num_tokens += num_seqs
+        if len(self._run_gaps) >= CHUNK_GAPS:
+            self._flush_gaps()
+
+    def end_decode_run(self, request_ids: list[int], end: float) -> None:
+        """Deferred decode steps stop at ``end``: the last token of each request still in
+        the batch was sampled then."""
+        last = self._last_token
+        for i in request_ids:
+            last[i] = end
+
+    def _flush_gaps(self) -> None:
+        self.itl.add(np.frombuffer(self._gaps, dtype=np.float64))
+        self.itl.add(
+            np.frombuffer(self._run_gaps, dtype=np.float64),
+            np.frombuffer(self._run_counts, dtype=np.int64),
+        )
+        self._gaps, self._run_gaps, self._run_counts = array("d"), array("d"), array("q")
+
+    # -- requests ------------------------------------------------------------------------------
 
     def record_finish(
         self, request: int, end: float, num_preemptions: int, output_hash: int
@@ -59,74 +135,8 @@ class Recorder:
         self.num_preemptions[request] = num_preemptions
         self.checksum[request] = output_hash
 
-    def step_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(start, duration)`` pairs and the integer columns, one row per step."""
-        times = np.frombuffer(self.step_times, dtype=np.float64).reshape(-1, 2)
-        ints = np.frombuffer(self.step_ints, dtype=np.int64).reshape(-1, len(STEP_INT_FIELDS))
-        return times, ints
-
-    def token_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """The request of each sampled token and how many tokens each step sampled."""
-        ids = np.frombuffer(self.sampled_ids, dtype=np.int32)
-        per_step = np.frombuffer(self.sampled_per_step, dtype=np.int32)
-        return ids, per_step
-
-
-def token_times(
-    ids: np.ndarray, per_step: np.ndarray, step_ends: np.ndarray, n: int, chunk: int = 1 << 18
-) -> tuple[np.ndarray, np.ndarray]:
-    """From the request of every sampled token (in time order) and how many tokens each step
-    sampled: each request's first token time (NaN if none) and every gap between a request's
-    consecutive tokens (ITL, in no particular order).
-
-    Tokens are the run's largest array, so they are taken ``chunk`` at a time, carrying each
-    request's last token time across chunks: memory stays bounded whatever the run's length."""
-    first = np.full(n, np.nan)
-    last = np.full(n, np.nan)
-    num_gaps = len(ids) - int(np.count_nonzero(token_counts(ids, n, chunk)))
-    gaps = np.empty(num_gaps)
-    filled = 0
-    tokens_through_step = np.cumsum(per_step)
-    for lo in range(0, len(ids), chunk):
-        hi = min(lo + chunk, len(ids))
-        step_of = np.searchsorted(tokens_through_step, np.arange(lo, hi), side="right")
-        order = np.argsort(ids[lo:hi], kind="stable")  # stable: time order within a request
-        rid, t = ids[lo:hi][order], step_ends[step_of][order]
-        del step_of, order
-        same = rid[1:] == rid[:-1]
-        heads = np.flatnonzero(np.concatenate(([True], ~same)))  # a request's first in chunk
-        tails = np.flatnonzero(np.concatenate((~same, [True])))  # and its last
-        inner = t[1:][same] - t[:-1][same]
-        prev = last[rid[heads]]
-        seen = ~np.isnan(prev)
-        across = t[heads][seen] - prev[seen]
-        for part in (across, inner):
-            gaps[filled : filled + len(part)] = part
-            filled += len(part)
-        fresh = heads[~seen]
-        first[rid[fresh]] = t[fresh]
-        last[rid[tails]] = t[tails]
-    assert filled == num_gaps
-    return first, gaps
-
-
-def token_counts(ids: np.ndarray, n: int, chunk: int = 1 << 18) -> np.ndarray:
-    """Tokens sampled per request (bincount a chunk at a time: it would widen all ids at once)."""
-    counts = np.zeros(n, dtype=np.int64)
-    for lo in range(0, len(ids), chunk):
-        counts += np.bincount(ids[lo : lo + chunk], minlength=n)
-    return counts
-
-
-def check_token_counts(ids: np.ndarray, output_len: np.ndarray, rejected: list[int]) -> None:
-    """Every finished request sampled exactly ``output_len`` tokens: a preemption that redid
-    a sample (instead of recomputing KV only) would show up here, whatever the tokens."""
-    counts = token_counts(ids, len(output_len))
-    want = np.asarray(output_len, dtype=np.int64).copy()
-    want[rejected] = 0
-    bad = np.flatnonzero(counts != want)
-    if bad.size:
-        i = int(bad[0])
-        raise RuntimeError(
-            f"request {i} sampled {counts[i]} tokens, expected {want[i]} (scheduler bug)"
-        )
+    def close(self) -> pd.DataFrame | None:
+        """Flush what is buffered; the step table if the sink keeps it in memory."""
+        self._flush_steps()
+        self._flush_gaps()
+        return self._sink.close()

@@ -18,8 +18,9 @@ class SimulationResult:
 
     requests: pd.DataFrame
     """One row per request (see docs/metrics.md for every column)."""
-    steps: pd.DataFrame
-    """One row per scheduler step."""
+    steps: pd.DataFrame | None
+    """One row per scheduler step (sampled with ``steps="sampled"``); None when the table was
+    streamed to a file as the run went, or not recorded."""
     summary: dict[str, Any]
     """Flat dict of headline figures."""
     rejected: pd.DataFrame

@@ -44,6 +44,7 @@ class Server:
         next_arrival: Callable[[], float],
         progress: Callable[[int], object] | None = None,
         fast_decode: bool = True,
+        on_done: Callable[[int, float], object] | None = None,
     ) -> None:
         self.env = env
         self.scheduler = scheduler
@@ -52,6 +53,9 @@ class Server:
         self.next_arrival = next_arrival
         """When the next submission can come (the end of a deferred decode window)."""
         self.progress = progress
+        self.on_done = on_done
+        """Told ``(number, time)`` when requests finish (``time`` may be ahead of the clock:
+        inside a decode window, the end of the step that finished them)."""
         # Plain decode steps skip the scheduler's per-sequence loops when the cost model can
         # time them from sums; the results are identical either way (tests compare both).
         self.fast_decode = fast_decode and cost_model.times_decodes_from_sums
@@ -129,7 +133,7 @@ class Server:
         )
         yield env.timeout(duration)
         done = sched.update()
-        rec.record_tokens([seq.seq_id for seq in plan.sampled])  # type: ignore[misc]
+        rec.record_samples(plan.sampled, env.now)
         if done:
             self._retire(done, env.now)
 
@@ -145,14 +149,11 @@ class Server:
         decode_time = self.cost_model.decode_time
         steps = 0
         start = end = env.now
-        ids: list[int] = []
         while end < self.next_arrival() or not steps:
             num_running, num_waiting = sched.num_running, sched.num_waiting
             num_seqs, kv_tokens = sched.decode_step()
             if not num_seqs:
                 break
-            if not ids:
-                ids = sched.decode_batch_ids()  # type: ignore[assignment]
             duration = decode_time(num_seqs, kv_tokens)
             rec.record_step(
                 end,
@@ -168,18 +169,18 @@ class Server:
                     0,
                 ),
             )
-            rec.record_tokens(ids)
             steps += 1
             new_end = end + duration
+            rec.record_decode_step(num_seqs, end, new_end)
             done = sched.finish_decode_step()
             if done:
                 self._retire(done, new_end)
-                ids = []  # the batch shrank
             if start + (new_end - start) != new_end:
                 yield env.timeout(end - start)  # lands exactly on ``end``, checked last round
                 start = end
             end = new_end
         if steps:
+            rec.end_decode_run(sched.decode_batch_ids(), end)  # type: ignore[arg-type]
             yield env.timeout(end - start)
         return steps
 
@@ -187,6 +188,13 @@ class Server:
         """Record the requests that finished in the step ending at ``end``."""
         rec = self.recorder
         for seq in done:
+            if seq.num_tokens - seq.prompt_len != seq.max_tokens:
+                raise RuntimeError(
+                    f"request {seq.seq_id} finished with {seq.num_tokens - seq.prompt_len} "
+                    f"tokens, expected {seq.max_tokens} (scheduler bug)"
+                )
             rec.record_finish(seq.seq_id, end, seq.num_preemptions, hash(tuple(seq.output)))  # type: ignore[arg-type]
         if self.progress is not None:
             self.progress(len(done))
+        if self.on_done is not None:
+            self.on_done(len(done), end)

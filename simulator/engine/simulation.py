@@ -2,10 +2,16 @@
 
 The server's timing rules are in ``server.py`` (and docs/metrics.md). Arrivals that fall on
 the same instant as a step's end are handled by simpy in the order they were scheduled (FIFO).
+
+Closed loop (``max_concurrency``, as ``benchmark_serving --max-concurrency``): a request whose
+arrival time has come waits while ``max_concurrency`` requests are in flight, and is sent the
+instant one of them finishes; its ``arrival_s`` is when it was sent (TTFT starts there, as the
+benchmark measures it).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -13,15 +19,11 @@ import pandas as pd
 import simpy
 
 from simulator.cost.interface import CostModel
-from simulator.engine.recorder import (
-    STEP_INT_FIELDS,
-    Recorder,
-    check_token_counts,
-    token_times,
-)
+from simulator.engine.recorder import Recorder
 from simulator.engine.result import SimulationResult
 from simulator.engine.server import Server
-from simulator.metrics import build_requests, build_steps, summarize
+from simulator.engine.step_sink import MemorySink, StepSink
+from simulator.metrics import DEFAULT_PERCENTILES, build_requests, summarize
 from simulator.scheduling.interface import Scheduler
 from simulator.scheduling.sequence import Sequence
 from simulator.workload.workload import Workload
@@ -39,12 +41,24 @@ class Simulation:
         slo: dict[str, float | None] | None = None,
         progress: Callable[[int], object] | None = None,
         fast_decode: bool = True,
+        max_concurrency: int | None = None,
+        percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
+        step_sink: StepSink | None = None,
     ) -> None:
         self.workload = workload
         self.slo = slo
+        self.percentiles = percentiles
+        self.max_concurrency = max_concurrency
         self.env = simpy.Environment()
-        self.recorder = Recorder(len(workload))
+        self.recorder = Recorder(len(workload), scheduler.num_blocks, step_sink or MemorySink())
+        self.arrival_s = workload.arrival_s.copy()
+        """When each request reached the server (later than drawn when it waited for a slot)."""
         self._next_arrival = 0.0  # when the arrival process next wakes up
+        self._in_flight = 0
+        self._arrivals_done = False
+        self._backlog: deque[int] = deque()  # due requests waiting for a concurrency slot
+        self._prompt = workload.prompt_len.tolist()
+        self._output = workload.output_len.tolist()
         self.server = Server(
             self.env,
             scheduler,
@@ -53,22 +67,46 @@ class Simulation:
             next_arrival=lambda: self._next_arrival,
             progress=progress,
             fast_decode=fast_decode,
+            on_done=self._slot_freed if max_concurrency is not None else None,
         )
 
+    def _send(self, i: int, at: float) -> None:
+        """Hand request ``i`` to the server at time ``at``."""
+        self.arrival_s[i] = at
+        self._in_flight += 1
+        if not self.server.submit(Sequence(i, int(self._prompt[i]), int(self._output[i]))):
+            self._slot_freed(1, at)  # rejected: it is not in flight
+
+    def _slot_freed(self, num_done: int, at: float) -> None:
+        """``num_done`` requests ended at ``at`` (inside a decode window, ``at`` may be ahead
+        of the clock): send waiting ones at once, so both paths see them at the same step."""
+        self._in_flight -= num_done
+        while self._backlog and self._in_flight < (self.max_concurrency or 0):
+            self._send(self._backlog.popleft(), at)
+        self._close_when_sent()
+
     def _arrivals(self) -> simpy.events.ProcessGenerator:
-        env, server = self.env, self.server
-        arrival = self.workload.arrival_s.tolist()
-        prompt = self.workload.prompt_len.tolist()
-        output = self.workload.output_len.tolist()
-        for i, t in enumerate(arrival):
+        env = self.env
+        limit = self.max_concurrency
+        for i, t in enumerate(self.workload.arrival_s.tolist()):
             if t > env.now:
                 # the instant simpy will resume us (now + delay), which the server's decode
                 # windows must not step past
                 self._next_arrival = env.now + (t - env.now)
                 yield env.timeout(t - env.now)
-            server.submit(Sequence(i, int(prompt[i]), int(output[i])))
+            if limit is not None and (self._backlog or self._in_flight >= limit):
+                self._backlog.append(i)
+            else:
+                self._send(i, env.now)
         self._next_arrival = float("inf")
-        server.close()
+        self._arrivals_done = True
+        self._close_when_sent()
+
+    def _close_when_sent(self) -> None:
+        """Close the server once every request was sent (those waiting for a concurrency
+        slot are sent by ``_slot_freed``)."""
+        if self._arrivals_done and not self._backlog:
+            self.server.close()
 
     def run(self) -> SimulationResult:
         """Simulate until every request has finished or been rejected."""
@@ -79,18 +117,14 @@ class Simulation:
 
     def _result(self) -> SimulationResult:
         rec = self.recorder
-        n = len(self.workload)
-        times, ints = rec.step_arrays()
-        steps = build_steps(times, ints, STEP_INT_FIELDS, self.server.scheduler.num_blocks)
-        ends = (steps["start_s"] + steps["duration_s"]).to_numpy()
-        ids, per_step = rec.token_arrays()
-        first_token, itl = token_times(ids, per_step, ends, n)
+        steps = rec.close()
         rejected_ids = [i for i, _ in rec.rejected]
-        check_token_counts(ids, self.workload.output_len, rejected_ids)
+        _check_token_count(rec.num_tokens, self.workload.output_len, rejected_ids)
         requests = build_requests(
             self.workload,
+            arrival=self.arrival_s,
             first_scheduled=np.array(rec.first_scheduled),
-            first_token=first_token,
+            first_token=np.array(rec.first_token),
             finish=np.array(rec.finish),
             num_preemptions=np.array(rec.num_preemptions, dtype=np.int64),
             rejected=rejected_ids,
@@ -101,10 +135,21 @@ class Simulation:
                 "reason": pd.Series([r for _, r in rec.rejected], dtype="object"),
             }
         )
+        summary = summarize(requests, rec.step_stats, rec.itl, self.slo, self.percentiles)
         return SimulationResult(
             requests=requests,
             steps=steps,
-            summary=summarize(requests, steps, itl, self.slo),
+            summary=summary,
             rejected=rejected,
             checksums=np.array(rec.checksum, dtype=np.int64),
         )
+
+
+def _check_token_count(num_tokens: int, output_len: np.ndarray, rejected: list[int]) -> None:
+    """The run sampled exactly the tokens its finished requests asked for: a preemption that
+    redid a sample (instead of recomputing KV only) would show up here, whatever the tokens.
+    (The server checks each request's own count when it finishes.)"""
+    want = int(np.asarray(output_len, dtype=np.int64).sum())
+    want -= int(np.asarray(output_len, dtype=np.int64)[rejected].sum())
+    if num_tokens != want:
+        raise RuntimeError(f"the run sampled {num_tokens} tokens, expected {want} (scheduler bug)")

@@ -1,5 +1,20 @@
-"""Metrics: per-request and per-step tables, and the summary derived from them."""
+"""Metrics: the request table, the step table, the streaming distributions and the summary
+derived from them (every timestamp and metric is defined once: docs/metrics.md)."""
 
-from simulator.metrics.summary import build_requests, build_steps, summarize
+from simulator.metrics.distribution import Distribution
+from simulator.metrics.requests import REQUEST_COLUMNS, build_requests
+from simulator.metrics.steps import STEP_COLUMNS, StepStats, build_steps
+from simulator.metrics.summary import DEFAULT_PERCENTILES, LATENCY_METRICS, meets_slo, summarize
 
-__all__ = ["build_requests", "build_steps", "summarize"]
+__all__ = [
+    "DEFAULT_PERCENTILES",
+    "LATENCY_METRICS",
+    "REQUEST_COLUMNS",
+    "STEP_COLUMNS",
+    "Distribution",
+    "StepStats",
+    "build_requests",
+    "build_steps",
+    "meets_slo",
+    "summarize",
+]

@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from simulator.config import dump_scenario
 from simulator.engine.result import SimulationResult
-
-if TYPE_CHECKING:
-    import pandas as pd
+from simulator.engine.step_sink import MemorySink
 
 SWEEP_FILE = "sweep.parquet"
 """A sweep folder's table: one row per grid point."""
@@ -50,7 +49,8 @@ def write_result(
     In summary.json an undefined figure (NaN: no finished request, no 2-token output) is
     ``null``."""
     result.requests.to_parquet(folder / "requests.parquet", index=False)
-    result.steps.to_parquet(folder / "steps.parquet", index=False)
+    if result.steps is not None:  # else streamed to the folder as the run went, or not kept
+        result.steps.to_parquet(folder / "steps.parquet", index=False)
     if len(result.rejected):
         result.rejected.to_csv(folder / "rejected.csv", index=False)
     summary = dict(result.summary)
@@ -64,7 +64,11 @@ def write_result(
     if plots:
         from simulator.plots.run import save_run_plots
 
-        save_run_plots(result.requests, result.steps, folder / "plots", fmt=fmt)
+        steps = result.steps
+        if steps is None:
+            path = folder / "steps.parquet"
+            steps = pd.read_parquet(path) if path.exists() else MemorySink().close()
+        save_run_plots(result.requests, steps, folder / "plots", fmt=fmt)
 
 
 def write_sweep(

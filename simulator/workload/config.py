@@ -3,9 +3,10 @@ trace to replay (every option: docs/workloads.md)."""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Model(BaseModel):
@@ -17,10 +18,18 @@ class ArrivalConfig(_Model):
 
     process: Literal["poisson", "gamma", "constant"] = "poisson"
     """Inter-arrival distribution: exponential, gamma (burstiness set by ``cv``) or fixed."""
-    rate: float = Field(gt=0, allow_inf_nan=False)
-    """Mean arrival rate in requests per second."""
+    rate: float = Field(gt=0)
+    """Mean arrival rate in requests per second; ``inf``: every request arrives at 0 (as
+    ``benchmark_serving --request-rate inf``)."""
     cv: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     """Gamma only: coefficient of variation of inter-arrival times (1 = Poisson, >1 burstier)."""
+
+    @field_validator("rate")
+    @classmethod
+    def _not_nan(cls, value: float) -> float:
+        if math.isnan(value):
+            raise ValueError("rate must be a number > 0 or inf")
+        return value
 
     @model_validator(mode="after")
     def _cv_only_for_gamma(self) -> ArrivalConfig:
@@ -148,6 +157,10 @@ class WorkloadConfig(_Model):
     """Synthetic only: distribution of output (generated) lengths in tokens."""
     trace: TraceConfig | None = None
     """Replay this trace; excludes every synthetic key."""
+    max_concurrency: int | None = Field(default=None, ge=1)
+    """Closed loop: at most this many requests in flight; a request whose time has come waits
+    for one to finish and is sent then (``benchmark_serving --max-concurrency``). With
+    ``arrival.rate: inf``, a fixed population of this many clients. None: open loop."""
 
     @model_validator(mode="after")
     def _trace_xor_synthetic(self) -> WorkloadConfig:

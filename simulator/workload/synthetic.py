@@ -3,6 +3,8 @@ own random stream of the scenario's seed (options and parametrisations: docs/wor
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from simulator.workload.config import (
@@ -57,7 +59,10 @@ def _streams(seed: np.random.SeedSequence, n: int) -> list[np.random.SeedSequenc
 
 
 def arrival_times(cfg: ArrivalConfig, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` arrival times in seconds: the first at 0, then ``n - 1`` drawn gaps."""
+    """``n`` arrival times in seconds: the first at 0, then ``n - 1`` drawn gaps (all at 0 for
+    an infinite rate)."""
+    if math.isinf(cfg.rate):
+        return np.zeros(n, dtype=np.float64)
     if cfg.process == "constant":
         return np.arange(n, dtype=np.float64) / cfg.rate
     if cfg.process == "poisson":

@@ -1,0 +1,113 @@
+"""Where the step table goes as a run records it, a chunk of rows at a time: kept in memory,
+streamed to a parquet file, thinned to a sample, or dropped."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from simulator.metrics import STEP_COLUMNS
+
+STEP_MODES = ("full", "sampled", "none")
+"""What ``--steps`` may ask for."""
+
+SAMPLE_EVERY = 100
+"""``sampled`` keeps one step in this many, plus every step that preempted."""
+
+
+class StepSink(ABC):
+    """Receives consecutive chunks of the step table."""
+
+    @abstractmethod
+    def write(self, chunk: pd.DataFrame) -> None:
+        """Take the next rows."""
+
+    @abstractmethod
+    def close(self) -> pd.DataFrame | None:
+        """No more rows: the table, if this sink keeps it in memory."""
+
+
+class MemorySink(StepSink):
+    """Keeps every chunk; ``close()`` returns the whole table."""
+
+    def __init__(self) -> None:
+        self._chunks: list[pd.DataFrame] = []
+
+    def write(self, chunk: pd.DataFrame) -> None:
+        """Keep the rows."""
+        if len(chunk):
+            self._chunks.append(chunk)
+
+    def close(self) -> pd.DataFrame:
+        """The step table (with its columns even when no step ran)."""
+        if not self._chunks:
+            return pd.DataFrame({c: pd.Series(dtype="float64") for c in STEP_COLUMNS})
+        if len(self._chunks) == 1:
+            return self._chunks[0]
+        return pd.concat(self._chunks, ignore_index=True)
+
+
+class ParquetSink(StepSink):
+    """Streams the table into a parquet file, one row group per chunk (the file is complete
+    only after ``close()``; write it inside a temporary folder)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._writer: pq.ParquetWriter | None = None
+
+    def write(self, chunk: pd.DataFrame) -> None:
+        """Append the rows as a row group."""
+        table = pa.Table.from_pandas(chunk, preserve_index=False)
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.path, table.schema)
+        self._writer.write_table(table)
+
+    def close(self) -> None:
+        """Finish the file (an empty table when no step ran)."""
+        if self._writer is None:
+            MemorySink().close().to_parquet(self.path, index=False)
+            return
+        self._writer.close()
+
+
+class SampledSink(StepSink):
+    """Passes on one step in ``every`` (by step number) and every step that preempted."""
+
+    def __init__(self, inner: StepSink, every: int = SAMPLE_EVERY) -> None:
+        self.inner = inner
+        self.every = every
+
+    def write(self, chunk: pd.DataFrame) -> None:
+        """Pass on the sampled rows."""
+        keep = (chunk["step"].to_numpy() % self.every == 0) | (
+            chunk["num_preemptions"].to_numpy() > 0
+        )
+        self.inner.write(chunk[keep].reset_index(drop=True))
+
+    def close(self) -> pd.DataFrame | None:
+        """Close the inner sink."""
+        return self.inner.close()
+
+
+class NullSink(StepSink):
+    """Drops the rows (the summary still counts every step)."""
+
+    def write(self, chunk: pd.DataFrame) -> None:
+        """Nothing."""
+
+    def close(self) -> None:
+        """Nothing."""
+
+
+def make_sink(mode: str, path: Path | None) -> StepSink:
+    """The sink for ``--steps MODE``: to ``path`` (parquet) if given, else in memory."""
+    if mode not in STEP_MODES:
+        raise ValueError(f"steps mode must be one of {STEP_MODES}, got {mode!r}")
+    if mode == "none":
+        return NullSink()
+    base: StepSink = ParquetSink(path) if path is not None else MemorySink()
+    return SampledSink(base) if mode == "sampled" else base

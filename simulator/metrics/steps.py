@@ -1,0 +1,71 @@
+"""The step table: one row per scheduler step, built a chunk of steps at a time, and the running
+aggregates the summary needs, so the table itself may be streamed to disk."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+STEP_COLUMNS = [
+    "step",
+    "start_s",
+    "duration_s",
+    "num_seqs",
+    "num_tokens",
+    "num_prefill_tokens",
+    "num_decode_seqs",
+    "blocks_used",
+    "kv_utilization",
+    "num_running",
+    "num_waiting",
+    "num_preemptions",
+]
+
+
+def build_steps(
+    times: np.ndarray,
+    ints: np.ndarray,
+    int_fields: Sequence[str],
+    num_blocks: int,
+    first_step: int = 0,
+) -> pd.DataFrame:
+    """Rows of the step table from ``(start, duration)`` pairs and integer columns, numbered
+    from ``first_step``; running/waiting are counted at the step's start, before scheduling."""
+    cols: dict[str, Any] = {
+        "step": np.arange(first_step, first_step + len(times), dtype=np.int64),
+        "start_s": times[:, 0].copy(),
+        "duration_s": times[:, 1].copy(),
+    }
+    for j, name in enumerate(int_fields):
+        cols[name] = ints[:, j].copy()
+    cols["kv_utilization"] = cols["blocks_used"] / float(num_blocks)
+    return pd.DataFrame(cols, columns=STEP_COLUMNS)
+
+
+class StepStats:
+    """What the summary needs from the step table, accumulated a chunk of steps at a time."""
+
+    def __init__(self) -> None:
+        self.num_steps = 0
+        self.end_s = 0.0
+        """End of the last step (the clock starts at 0); 0 when no step ran."""
+        self.num_preemptions = 0
+        self.kv_time = 0.0
+        """Sum over steps of KV utilization x duration (for the time-weighted mean)."""
+        self.kv_max = 0.0
+
+    def add(self, steps: pd.DataFrame) -> None:
+        """Account for a chunk of consecutive rows of the step table."""
+        if not len(steps):
+            return
+        start = steps["start_s"].to_numpy()
+        duration = steps["duration_s"].to_numpy()
+        kv = steps["kv_utilization"].to_numpy()
+        self.num_steps += len(steps)
+        self.end_s = float(start[-1] + duration[-1])
+        self.num_preemptions += int(steps["num_preemptions"].sum())
+        self.kv_time += float((kv * duration).sum())
+        self.kv_max = max(self.kv_max, float(kv.max()))

@@ -1,0 +1,154 @@
+"""Bounded memory: the streamed ITL distribution, the step table in chunks, and the closed-loop
+and infinite-rate arrivals of benchmark_serving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import simulator.engine.recorder as recorder
+import simulator.runner
+from simulator.config import validate
+from simulator.engine.step_sink import SAMPLE_EVERY
+from simulator.errors import InputError
+from simulator.metrics import Distribution
+from simulator.metrics.distribution import RELATIVE_ERROR
+from tests.test_engine import scenario
+
+QS = [1, 10, 50, 90, 99, 99.9, 100]
+
+
+def test_sketched_percentiles_are_within_the_stated_error() -> None:
+    values = np.random.default_rng(3).lognormal(-4, 1.5, 300_000)
+    dist = Distribution(exact_limit=1000)
+    for chunk in np.array_split(values, 37):
+        dist.add(chunk)
+    assert not dist.exact
+    want = np.percentile(values, QS)
+    got = np.array(dist.percentiles(QS))
+    assert np.all(np.abs(got - want) <= RELATIVE_ERROR * want)
+    assert np.max(np.abs(got - want) / want) > 0  # a sketch, not the exact values
+    assert dist.count == len(values)
+    assert dist.mean() == pytest.approx(values.mean(), rel=1e-12)
+
+
+def test_weighted_values_count_as_repeats_exact_or_sketched() -> None:
+    rng = np.random.default_rng(4)
+    values, weights = rng.random(500) + 0.01, rng.integers(0, 40, 500)
+    for limit in (10**9, 100):
+        weighted, repeated = Distribution(limit), Distribution(limit)
+        weighted.add(values, weights)
+        repeated.add(np.repeat(values, weights))
+        assert weighted.percentiles(QS) == repeated.percentiles(QS)
+        assert weighted.count == repeated.count == weights.sum()
+    exact = Distribution()
+    exact.add(values, weights)
+    assert exact.percentiles(QS) == list(np.percentile(np.repeat(values, weights), QS))
+
+
+def test_empty_distribution_is_nan() -> None:
+    dist = Distribution()
+    dist.add(np.zeros(0))
+    assert np.isnan(dist.mean()) and all(np.isnan(dist.percentiles([50, 99])))
+
+
+def test_step_table_streamed_in_chunks_equals_the_one_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = scenario()
+    whole = simulator.runner.run(cfg)
+    monkeypatch.setattr(recorder, "CHUNK_STEPS", 333)
+    path = tmp_path / "steps.parquet"
+    streamed = simulator.runner.run(cfg, steps_path=path)
+    assert streamed.steps is None
+    pd.testing.assert_frame_equal(pd.read_parquet(path), whole.steps, check_exact=True)
+    assert streamed.summary == pytest.approx(whole.summary, nan_ok=True)
+
+
+def test_sampled_and_no_steps_keep_the_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = scenario()
+    whole = simulator.runner.run(cfg)
+    assert whole.steps is not None
+    monkeypatch.setattr(recorder, "CHUNK_STEPS", 1000)
+    sampled = simulator.runner.run(cfg, steps="sampled")
+    assert sampled.steps is not None
+    kept = (whole.steps["step"] % SAMPLE_EVERY == 0) | (whole.steps["num_preemptions"] > 0)
+    want = whole.steps[kept].reset_index(drop=True)
+    pd.testing.assert_frame_equal(sampled.steps, want, check_exact=True)
+    assert whole.summary["num_preemptions"] > 0  # preempting steps are kept
+    none = simulator.runner.run(cfg, steps="none")
+    assert none.steps is None
+    for res in (sampled, none):
+        assert res.summary == pytest.approx(whole.summary, nan_ok=True)
+    with pytest.raises(ValueError, match="steps mode"):
+        simulator.runner.run(cfg, steps="some")
+
+
+def small(**workload: Any) -> dict[str, Any]:
+    """A scenario with fixed lengths and a fixed step time (5 ms) on an ample server."""
+    return scenario(
+        scheduler={"max_num_batched_tokens": 4096, "max_num_seqs": 64, "num_blocks": 10_000},
+        cost_model={"type": "linear", "base_ms": 5},
+        workload={
+            "num_requests": 40,
+            "arrival": {"process": "poisson", "rate": 50},
+            "prompt_len": {"dist": "fixed", "value": 32},
+            "output_len": {"dist": "fixed", "value": 10},
+            **workload,
+        },
+    )
+
+
+def test_infinite_rate_sends_everything_at_zero() -> None:
+    res = simulator.runner.run(small(arrival={"process": "poisson", "rate": "inf"}))
+    assert (res.requests["arrival_s"] == 0).all()
+    cfg = validate(small(arrival={"process": "gamma", "rate": float("inf"), "cv": 2}), "t")
+    assert cfg.workload.arrival is not None and np.isinf(cfg.workload.arrival.rate)
+    with pytest.raises(InputError, match="rate"):
+        validate(small(arrival={"process": "poisson", "rate": "nan"}), "t")
+
+
+def test_closed_loop_of_one_client_sends_each_request_when_the_last_finishes() -> None:
+    res = simulator.runner.run(
+        small(arrival={"process": "poisson", "rate": "inf"}, max_concurrency=1)
+    )
+    req = res.requests.sort_values("arrival_s")
+    assert req["arrival_s"].iloc[0] == 0
+    # each is sent the instant the previous one finishes (one prefill + 9 decode steps each)
+    np.testing.assert_array_equal(req["arrival_s"].to_numpy()[1:], req["finish_s"].to_numpy()[:-1])
+    assert req["e2e_s"].to_numpy() == pytest.approx(0.05)
+    assert res.summary["ttft_mean_s"] == pytest.approx(0.005)
+
+
+@pytest.mark.parametrize("limit", [1, 3, 16])
+def test_closed_loop_caps_requests_in_flight_and_fast_equals_plain(limit: int) -> None:
+    cfg = scenario(workload=dict(scenario()["workload"], num_requests=300, max_concurrency=limit))
+    fast = simulator.runner.run(cfg, fast_decode=True)
+    slow = simulator.runner.run(cfg, fast_decode=False)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+    req = fast.requests
+    events = np.concatenate([req["arrival_s"].to_numpy(), req["finish_s"].to_numpy()])
+    delta = np.concatenate([np.ones(len(req)), -np.ones(len(req))])
+    order = np.lexsort((delta, events))  # at a tie, the finish frees the slot first
+    assert np.cumsum(delta[order]).max() == limit
+    drawn = simulator.runner.run(scenario(workload=dict(cfg["workload"], max_concurrency=None)))
+    assert (req["arrival_s"] >= drawn.requests["arrival_s"]).all()  # sent no earlier than due
+
+
+def test_percentiles_are_configurable() -> None:
+    cfg = small()
+    cfg["metrics"] = {"percentiles": [99.9, 50]}
+    res = simulator.runner.run(cfg)
+    assert {"ttft_p50_s", "ttft_p99.9_s", "itl_p99.9_s"} <= set(res.summary)
+    assert "ttft_p90_s" not in res.summary
+    ttft = res.requests["ttft_s"].to_numpy()
+    assert res.summary["ttft_p99.9_s"] == np.percentile(ttft, 99.9)
+    for bad, why in (([0], "in \\(0, 100\\]"), ([50, 50], "repeat"), ([], "at least 1")):
+        cfg["metrics"] = {"percentiles": bad}
+        with pytest.raises(InputError, match=why):
+            validate(cfg, "t")
