@@ -14,7 +14,9 @@ from simulator.cost import CostModelConfig
 from simulator.errors import InputError
 from simulator.metrics.config import MetricsConfig
 from simulator.scheduling.config import SchedulerConfig
+from simulator.strict_types import find_loose_scalar
 from simulator.workload.config import WorkloadConfig
+from simulator.yaml_file import read_yaml_file
 
 
 class SLOConfig(BaseModel):
@@ -98,10 +100,22 @@ def parse_value(text: str) -> Any:
         return text
 
 
+DISCRIMINATORS = ("dist", "type")
+"""Keys that choose a variant (a length distribution, a cost model): overriding one with
+another value replaces its mapping, whose other keys belonged to the old variant."""
+
+
+def _variants_first(overrides: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The overrides with variant choices first, so a new variant's keys land in it."""
+    chooses = [(k, v) for k, v in overrides.items() if k.rsplit(".", 1)[-1] in DISCRIMINATORS]
+    return chooses + [(k, v) for k, v in overrides.items() if (k, v) not in chooses]
+
+
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
-    """Set each dotted key in a copy of ``data``, creating mappings on the way."""
+    """Set each dotted key in a copy of ``data``, creating mappings on the way; setting a
+    ``dist`` or ``type`` to a new value first drops the old variant's other keys."""
     out = copy.deepcopy(data)
-    for key, value in overrides.items():
+    for key, value in _variants_first(overrides):
         parts = key.split(".")
         if not all(parts):
             raise InputError(f"{source}: --set {key}: empty part in dotted key")
@@ -114,6 +128,8 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], source: str
                 where = ".".join(parts[: i + 1])
                 raise InputError(f"{source}: --set {key}: {where} is not a mapping")
             node = child
+        if parts[-1] in DISCRIMINATORS and parts[-1] in node and node[parts[-1]] != value:
+            node.clear()  # the old variant's parameters do not apply to the new one
         node[parts[-1]] = value
     return out
 
@@ -131,31 +147,22 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """A YAML mapping from a file, or an InputError naming the file and the reason."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such file") from None
-    except OSError as err:
-        raise InputError(f"{p}: cannot read: {err.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or "invalid YAML"
-        raise InputError(f"{p}{where}: {problem}") from None
+    data = read_yaml_file(path)
     if not isinstance(data, dict):
-        raise InputError(f"{p}: expected a mapping of scenario keys at the top level")
+        raise InputError(f"{path}: expected a mapping of scenario keys at the top level")
     return data
 
 
 def validate(data: dict[str, Any], source: str) -> ScenarioConfig:
     """A ScenarioConfig from plain data, or an InputError naming ``source`` and the field."""
     try:
-        return ScenarioConfig.model_validate(data)
+        cfg = ScenarioConfig.model_validate(data)
     except ValidationError as err:
         raise InputError(_format_validation_error(err, source, data)) from None
+    loose = find_loose_scalar(data, cfg)
+    if loose:
+        raise InputError(f"{source}: {loose}")
+    return cfg
 
 
 def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> ScenarioConfig:

@@ -90,3 +90,72 @@ def test_a_derived_kv_budget_names_the_preset_key(capsys: pytest.CaptureFixture[
     scenario = str(ROOT / "scenarios" / "chunked-prefill-budgets.yaml")
     assert main(["validate", scenario, "--set", "cost_model.hardware=h900"]) == 2
     assert "cost_model.hardware: unknown hardware preset 'h900'" in capsys.readouterr().err
+
+
+# ---- strict parsing -----------------------------------------------------------------------
+
+
+def test_a_boolean_where_a_number_is_expected_names_the_key(tmp_path: Path) -> None:
+    from simulator.cli import main
+
+    with pytest.raises(
+        InputError, match=r"scheduler\.max_num_seqs: expected a number, got the boolean true"
+    ):
+        load_scenario(QUICKSTART, {"scheduler.max_num_seqs": True})
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["workload"]["prompt_len"]["sigma"] = False
+    with pytest.raises(InputError, match=r"workload\.prompt_len\.sigma: expected a number"):
+        load_scenario(_write(tmp_path, data))
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["metrics"] = {"percentiles": [50, True]}
+    with pytest.raises(InputError, match=r"metrics\.percentiles\.1: expected a number"):
+        load_scenario(_write(tmp_path, data))
+    assert main(["validate", str(QUICKSTART), "--set", "scheduler.max_num_seqs=true"]) == 2
+
+
+def test_a_number_where_a_boolean_is_expected_names_the_key() -> None:
+    from pydantic import BaseModel
+
+    from simulator.strict_types import find_loose_scalar
+
+    class Flags(BaseModel):
+        on: bool
+        n: int
+
+    assert find_loose_scalar({"on": 1, "n": 2}, Flags(on=True, n=2)) == (
+        "on: expected true or false, got the number 1"
+    )
+    assert find_loose_scalar({"on": True, "n": 2}, Flags(on=True, n=2)) is None
+
+
+def test_a_key_given_twice_is_an_error_with_its_lines(tmp_path: Path) -> None:
+    text = QUICKSTART.read_text() + "scheduler: {max_num_batched_tokens: 64, max_num_seqs: 2}\n"
+    path = tmp_path / "twice.yaml"
+    path.write_text(text)
+    first = next(i for i, line in enumerate(text.splitlines(), 1) if line.startswith("scheduler:"))
+    last = len(text.splitlines())
+    with pytest.raises(
+        InputError,
+        match=rf"twice\.yaml:{last}: key 'scheduler' given twice \(first on line {first}\)",
+    ):
+        load_scenario(path)
+
+
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(InputError, match=r"latin1\.yaml:1: not UTF-8 text \(byte 0xe9\)"):
+        load_scenario(path)
+
+
+def test_changing_a_distribution_with_set_replaces_its_parameters() -> None:
+    cfg = load_scenario(
+        QUICKSTART,
+        {"workload.prompt_len.value": 128, "workload.prompt_len.dist": "fixed"},
+    )
+    assert cfg.workload.prompt_len is not None
+    assert cfg.workload.prompt_len.model_dump() == {"dist": "fixed", "value": 128}
+    same = load_scenario(QUICKSTART, {"workload.prompt_len.dist": "lognormal"})
+    assert same.workload.prompt_len == load_scenario(QUICKSTART).workload.prompt_len
+    linear = load_scenario(QUICKSTART, {"cost_model.type": "linear", "cost_model.base_ms": 3})
+    assert linear.cost_model.type == "linear"

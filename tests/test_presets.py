@@ -154,6 +154,20 @@ def test_bad_field_names_file_and_field(tmp_path: Path) -> None:
         load_model(str(path))
 
 
+def test_preset_strictness_booleans_duplicates_and_encoding(tmp_path: Path) -> None:
+    src = (configs_dir() / "models" / "llama-2-7b.yaml").read_text()
+    path = _write(tmp_path / "flag.yaml", src.replace("num_layers: 32", "num_layers: true"))
+    with pytest.raises(InputError, match=r"flag\.yaml: field num_layers: expected a number"):
+        load_model(str(path))
+    path = _write(tmp_path / "twice.yaml", src + "num_layers: 40\n")
+    with pytest.raises(InputError, match=r"twice\.yaml:\d+: key 'num_layers' given twice"):
+        load_model(str(path))
+    path = tmp_path / "bytes.yaml"
+    path.write_bytes(src.encode() + b"# \xff\n")
+    with pytest.raises(InputError, match=r"bytes\.yaml:\d+: not UTF-8"):
+        load_model(str(path))
+
+
 def test_env_overrides_configs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "models").mkdir()
     (tmp_path / "hardware").mkdir()

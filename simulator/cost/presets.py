@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.errors import InputError
+from simulator.strict_types import find_loose_scalar
+from simulator.yaml_file import read_yaml_file
 
 __all__ = [
     "HardwareSpec",
@@ -213,18 +214,17 @@ def _format_validation(path: Path, err: ValidationError) -> str:
 def load_yaml_model(path: Path, cls: type[_M]) -> _M:
     """Read a YAML mapping and validate it as ``cls``; any problem -> ``InputError`` naming the
     file and the field."""
-    try:
-        data: Any = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: invalid YAML: {_one_line(str(exc))}") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    data = read_yaml_file(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping of fields, got {type(data).__name__}")
     try:
-        return cls.model_validate(data)
+        model = cls.model_validate(data)
     except ValidationError as exc:
         raise InputError(_format_validation(path, exc)) from None
+    loose = find_loose_scalar(data, model)
+    if loose:
+        raise InputError(f"{path}: field {loose}")
+    return model
 
 
 def load_model(name_or_path: str) -> ModelSpec:
