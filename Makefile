@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo data test lint venv clean
+.PHONY: demo data test lint venv clean golden
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -29,6 +29,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -n 2 -q tests
+
+# The scenario tests' golden figures, written anew after an intended change of behaviour
+golden: $(STAMP)
+	$(BIN)/python -m tests.regenerate_golden
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
