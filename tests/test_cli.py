@@ -66,8 +66,15 @@ def test_run_refuses_a_non_empty_folder_without_overwrite(
     assert main(["run", str(scenario_file), "--out", str(out), "--no-plots"]) == 2
     assert "not empty" in capsys.readouterr().err
     assert (out / "keep.txt").read_text() == "mine"
-    assert main(["run", str(scenario_file), "--out", str(out), "--no-plots", "--overwrite"]) == 0
-    assert not (out / "keep.txt").exists() and (out / "summary.json").exists()
+    # --overwrite replaces only what servesim wrote (a folder of someone's files is refused)
+    assert main(["run", str(scenario_file), "--out", str(out), "--no-plots", "--overwrite"]) == 2
+    assert "not a servesim output folder" in capsys.readouterr().err
+    assert (out / "keep.txt").read_text() == "mine"
+    ours = tmp_path / "ours"
+    assert main(["run", str(scenario_file), "--out", str(ours), "--no-plots"]) == 0
+    (ours / "extra.txt").write_text("added later")
+    assert main(["run", str(scenario_file), "--out", str(ours), "--no-plots", "--overwrite"]) == 0
+    assert not (ours / "extra.txt").exists() and (ours / "summary.json").exists()
 
 
 @pytest.mark.parametrize(

@@ -118,6 +118,7 @@ def test_a_failed_replace_puts_the_previous_results_back(
     out = tmp_path / "out"
     out.mkdir()
     (out / "old.txt").write_text("old")
+    (out / outdir.MARKER).write_text("")  # previous results of servesim's
     real_replace = os.replace
 
     def replace(src: Any, dst: Any) -> None:
@@ -493,3 +494,29 @@ def test_a_container_memory_limit_lowers_the_memory_figure(
     assert runner.physical_memory_bytes() == host
     limit.write_text(f"{2**20}\n")
     assert runner.physical_memory_bytes() == 2**20
+
+
+def test_overwrite_refuses_a_folder_servesim_did_not_write(tmp_path: Path) -> None:
+    """A folder holding a git repository and sources is never deleted by --overwrite."""
+    out = tmp_path / "project"
+    (out / ".git").mkdir(parents=True)
+    (out / "main.py").write_text("print('mine')")
+    with pytest.raises(
+        InputError, match=r"not a servesim output folder \(it has no \.servesim-output"
+    ):
+        outdir.check_out_dir(out, overwrite=True)
+    with (
+        pytest.raises(InputError, match="not a servesim output folder"),
+        outdir.atomic_dir(tmp_path / "fresh", overwrite=True) as tmp,
+    ):
+        (tmp / "x").write_text("")
+        (tmp_path / "fresh").mkdir()  # filled by someone else during the run
+        (tmp_path / "fresh" / "theirs.txt").write_text("")
+    assert (out / "main.py").exists() and (tmp_path / "fresh" / "theirs.txt").exists()
+    with outdir.atomic_dir(tmp_path / "new", overwrite=False) as tmp:
+        (tmp / "x").write_text("")
+    assert (tmp_path / "new" / outdir.MARKER).is_file()
+    with outdir.atomic_dir(tmp_path / "new", overwrite=True) as tmp:  # ours: replaced
+        (tmp / "y").write_text("")
+    assert (tmp_path / "new" / "y").exists() and not (tmp_path / "new" / "x").exists()
+    assert not _leftovers(tmp_path)

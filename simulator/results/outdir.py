@@ -18,7 +18,11 @@ from pathlib import Path
 
 from simulator.errors import InputError, reason_of
 
-__all__ = ["atomic_dir", "check_out_dir", "default_out_dir", "reserve_out_dir"]
+__all__ = ["MARKER", "atomic_dir", "check_out_dir", "default_out_dir", "reserve_out_dir"]
+
+MARKER = ".servesim-output"
+"""A file in every folder servesim writes: ``--overwrite`` replaces only such a folder (or an
+empty one), never a folder of someone else's files."""
 
 
 def default_out_dir(name: str) -> Path:
@@ -96,6 +100,8 @@ def check_out_dir(out: Path, overwrite: bool, *, given: bool = True) -> Path:
     if non_empty and not overwrite:
         hint = " (use --overwrite to replace it)" if given else ""
         raise InputError(f"{label}: folder is not empty{hint}")
+    if non_empty:
+        _check_ours(path, label)
     # The results are written to a temporary folder beside ``path``, created with its parents
     anchor = _nearest_existing(path.parent)
     if not anchor.is_dir():
@@ -136,6 +142,7 @@ def atomic_dir(out: Path, overwrite: bool, *, given: bool = True) -> Iterator[Pa
         raise InputError(f"{label}: cannot create ({reason_of(err)})") from None
     try:
         yield tmp
+        (tmp / MARKER).write_text("written by servesim; --overwrite may replace this folder\n")
         tmp.chmod(mode)
         _move_into_place(tmp, path, overwrite, label, given)
     except OSError as err:
@@ -144,6 +151,15 @@ def atomic_dir(out: Path, overwrite: bool, *, given: bool = True) -> Iterator[Pa
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _check_ours(path: Path, label: str) -> None:
+    """Refuse to replace a non-empty folder that servesim did not write."""
+    if not (path / MARKER).is_file():
+        raise InputError(
+            f"{label}: not a servesim output folder (it has no {MARKER} file); refusing to "
+            "replace it, even with --overwrite: give a new or empty folder"
+        )
 
 
 def _move_into_place(tmp: Path, out: Path, overwrite: bool, label: str, given: bool) -> None:
@@ -156,6 +172,7 @@ def _move_into_place(tmp: Path, out: Path, overwrite: bool, label: str, given: b
     if not overwrite:  # something wrote into ``out`` while this run ran: not ours to delete
         hint = " (use --overwrite to replace it)" if given else ""
         raise InputError(f"{label}: folder was filled during the run; not replaced{hint}")
+    _check_ours(out, label)
     trash = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:12]}")
     os.replace(out, trash)
     try:
