@@ -52,4 +52,4 @@ def read_yaml_file(path: str | Path) -> Any:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or "invalid YAML"
-        raise InputError(f"{p}{where}: {' '.join(str(problem).split())}") from None
+        raise InputError(f"{p}{where}: invalid YAML: {' '.join(str(problem).split())}") from None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from matplotlib.scale import LogTransform
 
 from simulator.errors import InputError
 from simulator.plots.run import (
+    MAX_TIME_BINS,
     bin_steps,
     binned_median,
     plot_e2e_vs_prompt,
@@ -376,15 +376,15 @@ def test_step_timeline_series(rng: np.random.Generator) -> None:
     assert "time bins" in fig.get_suptitle()
 
 
-def test_million_steps_fast(rng: np.random.Generator) -> None:
+def test_million_steps_are_drawn_as_a_bounded_number_of_bins(rng: np.random.Generator) -> None:
+    # What keeps a long run's timelines fast to draw (and readable): lines through at most
+    # MAX_TIME_BINS time bins, never a point per step (timings: benchmarks/, not tests).
     steps = make_steps(rng, n=1_000_000)
     for plot in (plot_kv_timeline, plot_step_timeline):
-        t0 = time.perf_counter()
-        png = render(plot(steps))
-        elapsed = time.perf_counter() - t0
-        assert len(png) > 20_000
-        # The target is < 2 s; the margin absorbs a loaded CI machine.
-        assert elapsed < 3.0, f"{plot.__name__} took {elapsed:.2f} s"
+        fig = plot(steps)
+        assert len(render(fig)) > 20_000
+        points = [len(line.get_xdata()) for ax in fig.axes for line in ax.get_lines()]
+        assert points and max(points) <= MAX_TIME_BINS
 
 
 # --------------------------------------------------------------------------- edge cases

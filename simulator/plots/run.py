@@ -38,7 +38,7 @@ RUN_PLOTS = ("ttft_tpot_cdf", "e2e_vs_prompt", "kv_timeline", "step_timeline")
 # Beyond these sizes a CDF or a timeline is drawn from a summary, not point by point: the
 # screen cannot show more, and 10^6-point lines make savefig slow.
 _MAX_CDF_POINTS = 2000
-_MAX_TIME_BINS = 800
+MAX_TIME_BINS = 800
 _HEXBIN_THRESHOLD = 5000
 
 
@@ -159,7 +159,7 @@ def _is_num(s: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
 
 
-def bin_steps(steps: pd.DataFrame, max_bins: int = _MAX_TIME_BINS) -> pd.DataFrame:
+def bin_steps(steps: pd.DataFrame, max_bins: int = MAX_TIME_BINS) -> pd.DataFrame:
     """Aggregate steps into at most ``max_bins`` equal time bins (empty bins dropped).
 
     Columns: ``t`` (mean start time of the bin's steps, s), ``n`` (steps), ``<col>_mean``
