@@ -114,11 +114,13 @@ def run(
         )
         result = sim.run()
     warn_rejections(result)
+    for note in workload.notes:  # what a trace reader fixed, said once
+        warn(f"workload: {note}")
     result.scenario = cfg
     result.extras = {
         "wall_time_s": time.perf_counter() - started,
         "servesim_version": __version__,
-        "workload_notes": list(getattr(workload, "notes", ()) or ()),
+        "workload_notes": list(workload.notes),
     }
     return result
 

@@ -229,3 +229,51 @@ def test_a_grid_of_only_invalid_points_is_bad_input(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "scheduler.max_num_seq" in err[0]
     assert not out.exists()
+
+
+@pytest.mark.parametrize("mode", ["sampled", "none"])
+def test_run_steps_sampled_or_none(
+    mode: str, scenario_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full, out = tmp_path / "full", tmp_path / mode
+    assert main(["run", str(scenario_file), "--out", str(full), "--no-plots"]) == 0
+    assert main(["run", str(scenario_file), "--out", str(out), "--steps", mode]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary == {
+        **json.loads((full / "summary.json").read_text()),
+        "wall_time_s": summary["wall_time_s"],
+    }
+    every = pd.read_parquet(full / "steps.parquet")
+    if mode == "none":
+        assert not (out / "steps.parquet").exists()
+    else:
+        kept = pd.read_parquet(out / "steps.parquet")
+        assert 0 < len(kept) < len(every) and set(kept["step"]) <= set(every["step"])
+    assert (out / "plots" / "kv_timeline.png").exists()
+
+
+def test_trace_fixes_are_said_once_and_listed_in_the_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_len,output_len\n0,5,3\n2,0,4\n1,7,2\n")
+    data = dict(SMALL, workload={"trace": {"path": str(trace), "format": "csv"}})
+    path = tmp_path / "trace.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    err = capsys.readouterr().err
+    notes = json.loads((tmp_path / "out" / "summary.json").read_text())["workload_notes"]
+    assert len(notes) == 2
+    assert any("prompt length 0 set to 1" in n for n in notes)
+    assert any("arrive before the row above them" in n for n in notes)
+    for note in notes:
+        assert err.count(note) == 1
+
+
+def test_summary_table_shows_the_configured_percentiles(
+    scenario_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["run", str(scenario_file), "--out", str(tmp_path / "o"), "--no-plots"]
+    assert main([*args, "--set", "metrics.percentiles=[50, 99.9]"]) == 0
+    header = next(line for line in capsys.readouterr().out.splitlines() if "latency" in line)
+    assert header.split() == ["latency", "ms", "mean", "p50", "p99.9"]

@@ -45,6 +45,24 @@ def add_format_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=["png", "svg"], default="png", help="plot file format")
 
 
+def add_steps_arg(p: argparse.ArgumentParser) -> None:
+    """``--steps``: how much of the step table a run keeps."""
+    # engine.step_sink.STEP_MODES, spelt out: the engine is not imported at start-up
+    p.add_argument(
+        "--steps",
+        choices=["full", "sampled", "none"],
+        default="full",
+        help="step rows to write: every step (default; streamed to disk as the run goes), "
+        "one in 100 plus every step that preempted, or none (the summary counts all steps)",
+    )
+
+
+def _percentile_columns(summary: dict[str, Any]) -> list[str]:
+    """The percentiles a summary holds (``metrics.percentiles``), as ``p50``, ``p99.9``."""
+    found = [k[len("ttft_") : -len("_s")] for k in summary if k.startswith("ttft_p")]
+    return sorted(found, key=lambda p: float(p[1:]))
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """A short human table of a run's headline figures."""
 
@@ -55,6 +73,7 @@ def format_summary(summary: dict[str, Any]) -> str:
             return "-"
         return format(v * scale, fmt)
 
+    stats = ["mean", *_percentile_columns(summary)]
     lines = [
         f"requests   {summary['num_finished']} finished, {summary['num_rejected']} rejected "
         f"of {summary['num_requests']}, {summary['num_preemptions']} preemptions",
@@ -64,10 +83,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"{num('total_token_throughput', '.0f')} total tok/s",
         f"KV blocks  {num('kv_utilization_mean', '.1f', 100)}% mean, "
         f"{num('kv_utilization_max', '.1f', 100)}% max",
-        f"{'latency ms':<12}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",
+        f"{'latency ms':<12}" + "".join(f"{s:>10}" for s in stats),
     ]
     for m in ("ttft", "tpot", "itl", "e2e", "queue_delay"):
-        row = [num(f"{m}_{s}_s", ".1f", 1e3) for s in ("mean", "p50", "p90", "p99")]
+        row = [num(f"{m}_{s}_s", ".1f", 1e3) for s in stats]
         lines.append(f"{m:<12}" + "".join(f"{v:>10}" for v in row))
     if "goodput" in summary:
         lines.append(

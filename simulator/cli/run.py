@@ -6,7 +6,13 @@ import argparse
 from contextlib import suppress
 from pathlib import Path
 
-from simulator.cli.common import Subparsers, add_format_arg, add_scenario_args, format_summary
+from simulator.cli.common import (
+    Subparsers,
+    add_format_arg,
+    add_scenario_args,
+    add_steps_arg,
+    format_summary,
+)
 
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
@@ -20,6 +26,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--progress", action="store_true", help="show a progress bar even off a terminal"
     )
+    add_steps_arg(p)
     return p
 
 
@@ -38,8 +45,14 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if given else reserve_out_dir(default_out_dir(cfg.name))
     try:
         check_out_dir(out, args.overwrite, given=given)  # fail before the simulation, not after
-        result = run_scenario(cfg, progress=None if not args.progress else True)
         with atomic_dir(out, args.overwrite, given=given) as tmp:
+            # the step table streams into the (temporary) results folder as the run goes
+            result = run_scenario(
+                cfg,
+                progress=None if not args.progress else True,
+                steps=args.steps,
+                steps_path=tmp / "steps.parquet",
+            )
             write_result(result, tmp, plots=not args.no_plots, fmt=args.format)
     except BaseException:
         if not given:

@@ -56,6 +56,7 @@ def write_result(
     summary = dict(result.summary)
     summary["wall_time_s"] = result.extras.get("wall_time_s")
     summary["servesim_version"] = result.extras.get("servesim_version")
+    summary["workload_notes"] = list(result.extras.get("workload_notes", []))
     (folder / "summary.json").write_text(
         json.dumps(json_safe(summary), indent=2, default=_json_default, allow_nan=False) + "\n"
     )
