@@ -16,8 +16,6 @@ from matplotlib.scale import LogTransform
 
 from simulator.errors import InputError
 from simulator.plots.run import (
-    MAX_TIME_BINS,
-    bin_steps,
     binned_median,
     plot_e2e_vs_prompt,
     plot_kv_timeline,
@@ -25,6 +23,7 @@ from simulator.plots.run import (
     plot_step_timeline,
     save_run_plots,
 )
+from simulator.plots.step_bins import MAX_TIME_BINS, bin_steps, bin_steps_file
 from simulator.plots.sweep import plot_budget_comparison, plot_sweep, save_sweep_plots
 
 # Any matplotlib warning (log axis on non-positive data, layout failures...) is a defect.
@@ -320,6 +319,22 @@ def test_bin_steps_time_weighted_state_mean() -> None:
     assert b["num_tokens_mean"].iloc[0] == pytest.approx(200.0)
     assert b["num_preemptions_sum"].iloc[0] == 3
     assert b["duration_s_max"].iloc[0] == pytest.approx(0.3)
+
+
+def test_binning_a_parquet_file_in_batches_equals_binning_the_frame(
+    rng: np.random.Generator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import simulator.plots.step_bins as step_bins
+
+    steps = make_steps(rng, n=5000)
+    path = tmp_path / "steps.parquet"
+    steps.to_parquet(path, index=False, row_group_size=700)
+    monkeypatch.setattr(step_bins, "_BATCH_ROWS", 333)
+    whole, streamed = bin_steps(steps, max_bins=50), bin_steps_file(path, max_bins=50)
+    pd.testing.assert_frame_equal(streamed, whole, rtol=1e-12)
+    assert streamed.attrs == whole.attrs
+    assert whole.attrs["num_steps"] == 5000
+    assert whole.attrs["num_preemptions"] == steps["num_preemptions"].sum()
 
 
 def test_kv_timeline_marks_each_preemption_time(rng: np.random.Generator) -> None:

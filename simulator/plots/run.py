@@ -13,6 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 
+from simulator.plots.step_bins import bin_steps, bin_steps_file
 from simulator.plots.style import (
     LEGEND,
     P50_STYLE,
@@ -38,7 +39,6 @@ RUN_PLOTS = ("ttft_tpot_cdf", "e2e_vs_prompt", "kv_timeline", "step_timeline")
 # Beyond these sizes a CDF or a timeline is drawn from a summary, not point by point: the
 # screen cannot show more, and 10^6-point lines make savefig slow.
 _MAX_CDF_POINTS = 2000
-MAX_TIME_BINS = 800
 _HEXBIN_THRESHOLD = 5000
 
 
@@ -154,55 +154,6 @@ def plot_e2e_vs_prompt(requests: pd.DataFrame) -> Figure:
     return fig
 
 
-def _is_num(s: pd.Series) -> bool:
-    """Numeric (not boolean) column."""
-    return pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
-
-
-def bin_steps(steps: pd.DataFrame, max_bins: int = MAX_TIME_BINS) -> pd.DataFrame:
-    """Aggregate steps into at most ``max_bins`` equal time bins (empty bins dropped).
-
-    Columns: ``t`` (mean start time of the bin's steps, s), ``n`` (steps), ``<col>_mean``
-    for every numeric column, ``duration_s_min``/``_max`` and ``num_preemptions_sum``.
-    KV utilization, running and waiting are averaged weighted by step duration, so a long
-    step counts for the time it lasts. ``attrs["bin_width_s"]`` holds the bin width.
-    """
-    t = column_values(steps, "start_s")
-    keep = np.isfinite(t)
-    t = t[keep]
-    frame = pd.DataFrame({"t": t, "d": np.nan_to_num(column_values(steps, "duration_s")[keep])})
-    if t.size == 0:
-        out = frame.assign(n=np.zeros(0, dtype=int))
-        out.attrs["bin_width_s"] = 0.0
-        return out
-    lo, hi = float(t.min()), float(t.max())
-    width = (hi - lo) / max_bins if hi > lo else 1.0
-    frame["b"] = np.minimum(((t - lo) / width).astype(np.int64), max_bins - 1)
-    cols = [c for c in steps.columns if c not in ("step", "start_s") and _is_num(steps[c])]
-    for c in cols:
-        frame[c] = column_values(steps, c)[keep]
-    state = [c for c in ("kv_utilization", "num_running", "num_waiting") if c in cols]
-    for c in state:
-        frame[f"{c}_w"] = frame[c] * frame["d"]
-    g = frame.groupby("b", sort=True)
-    out = pd.DataFrame({"t": g["t"].mean(), "n": g["t"].size()})
-    for c in cols:
-        out[f"{c}_mean"] = g[c].mean()
-    dsum = g["d"].sum()
-    for c in state:
-        weighted = g[f"{c}_w"].sum() / dsum.where(dsum > 0)
-        # Bins whose steps all last 0 s (degenerate input) fall back to the plain mean.
-        out[f"{c}_mean"] = weighted.fillna(out[f"{c}_mean"])
-    if "duration_s" in cols:
-        out["duration_s_max"] = g["duration_s"].max()
-        out["duration_s_min"] = g["duration_s"].min()
-    if "num_preemptions" in cols:
-        out["num_preemptions_sum"] = g["num_preemptions"].sum()
-    out = out.reset_index(drop=True)
-    out.attrs["bin_width_s"] = width
-    return out
-
-
 def _is_binned(binned: pd.DataFrame) -> bool:
     """Whether some bin holds more than one step (lines show bin aggregates)."""
     return len(binned) > 0 and int(binned["n"].max()) > 1
@@ -216,17 +167,18 @@ def _time_plot(ax: Axes, t: np.ndarray, y: np.ndarray, **kw: object) -> None:
     ax.plot(t, y, **kw)  # type: ignore[arg-type]
 
 
-def _agg_note(steps: pd.DataFrame, binned: pd.DataFrame) -> str:
+def _agg_note(binned: pd.DataFrame) -> str:
     """Subtitle part saying whether lines are per step or per time bin."""
+    num_steps = int(binned.attrs["num_steps"])
     if _is_binned(binned):
         width = tick_label(float(f"{binned.attrs['bin_width_s']:.2g}"))
-        return f"{len(steps):,} steps in {len(binned):,} time bins of {width} s"
-    return f"{len(steps):,} step{'' if len(steps) == 1 else 's'}"
+        return f"{num_steps:,} steps in {len(binned):,} time bins of {width} s"
+    return f"{num_steps:,} step{'' if num_steps == 1 else 's'}"
 
 
-def _timeline_axes(fig: Figure, steps: pd.DataFrame, binned: pd.DataFrame, what: str) -> bool:
+def _timeline_axes(fig: Figure, binned: pd.DataFrame, what: str) -> bool:
     """Common finishing of a timeline figure; False (with notes drawn) when there are no steps."""
-    fig.suptitle(f"{what} over time ({_agg_note(steps, binned)})")
+    fig.suptitle(f"{what} over time ({_agg_note(binned)})")
     fig.axes[-1].set_xlabel("simulated time (s)")
     for ax in fig.axes:
         ax.grid(True, alpha=0.3)
@@ -285,15 +237,19 @@ def _preemption_panel(ax: Axes, binned: pd.DataFrame, total: int) -> None:
 
 def plot_kv_timeline(steps: pd.DataFrame) -> Figure:
     """KV-block utilization, running/waiting counts and preemptions over time."""
+    return kv_timeline_figure(bin_steps(steps))
+
+
+def kv_timeline_figure(binned: pd.DataFrame) -> Figure:
+    """``plot_kv_timeline`` from the steps already binned (``bin_steps``/``bin_steps_file``)."""
     fig = new_figure(3, 1, (10, 7.2), sharex=True, height_ratios=(3, 3, 1.6))
     ax_kv, ax_q, ax_pre = fig.axes
-    binned = bin_steps(steps)
-    if not _timeline_axes(fig, steps, binned, "KV cache and queues"):
+    if not _timeline_axes(fig, binned, "KV cache and queues"):
         return fig
     t = binned["t"].to_numpy()
     _kv_panel(ax_kv, t, binned)
     _queue_panel(ax_q, t, binned)
-    _preemption_panel(ax_pre, binned, int(np.nansum(column_values(steps, "num_preemptions"))))
+    _preemption_panel(ax_pre, binned, int(binned.attrs["num_preemptions"]))
     return fig
 
 
@@ -336,10 +292,14 @@ def _tokens_panel(ax: Axes, t: np.ndarray, binned: pd.DataFrame) -> None:
 
 def plot_step_timeline(steps: pd.DataFrame) -> Figure:
     """Step duration and tokens computed per step (prefill vs decode) over time."""
+    return step_timeline_figure(bin_steps(steps))
+
+
+def step_timeline_figure(binned: pd.DataFrame) -> Figure:
+    """``plot_step_timeline`` from the steps already binned."""
     fig = new_figure(2, 1, (10, 6.2), sharex=True)
     ax_dt, ax_tok = fig.axes
-    binned = bin_steps(steps)
-    if not _timeline_axes(fig, steps, binned, "Scheduler steps"):
+    if not _timeline_axes(fig, binned, "Scheduler steps"):
         return fig
     t = binned["t"].to_numpy()
     _duration_panel(ax_dt, t, binned)
@@ -348,15 +308,17 @@ def plot_step_timeline(steps: pd.DataFrame) -> Figure:
 
 
 def save_run_plots(
-    requests: pd.DataFrame, steps: pd.DataFrame, out_dir: Path, fmt: str = "png"
+    requests: pd.DataFrame, steps: pd.DataFrame | Path, out_dir: Path, fmt: str = "png"
 ) -> list[Path]:
-    """Write the four per-run figures into ``out_dir`` and return their paths."""
+    """Write the four per-run figures into ``out_dir`` and return their paths; ``steps`` is
+    the step table or its parquet file (read a batch at a time)."""
     check_fmt(fmt)
+    binned = bin_steps_file(steps) if isinstance(steps, Path) else bin_steps(steps)
     makers: tuple[Callable[[], Figure], ...] = (
         lambda: plot_latency_cdfs(requests),
         lambda: plot_e2e_vs_prompt(requests),
-        lambda: plot_kv_timeline(steps),
-        lambda: plot_step_timeline(steps),
+        lambda: kv_timeline_figure(binned),
+        lambda: step_timeline_figure(binned),
     )
     return [
         save_figure(make(), Path(out_dir) / f"{name}.{fmt}", fmt)

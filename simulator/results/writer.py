@@ -65,10 +65,10 @@ def write_result(
     if plots:
         from simulator.plots.run import save_run_plots
 
-        steps = result.steps
-        if steps is None:
+        steps: pd.DataFrame | Path | None = result.steps
+        if steps is None:  # streamed as the run went (read back a batch at a time), or none
             path = folder / "steps.parquet"
-            steps = pd.read_parquet(path) if path.exists() else MemorySink().close()
+            steps = path if path.exists() else MemorySink().close()
         save_run_plots(result.requests, steps, folder / "plots", fmt=fmt)
 
 
