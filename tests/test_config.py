@@ -136,7 +136,8 @@ def test_a_key_given_twice_is_an_error_with_its_lines(tmp_path: Path) -> None:
     last = len(text.splitlines())
     with pytest.raises(
         InputError,
-        match=rf"twice\.yaml:{last}: key 'scheduler' given twice \(first on line {first}\)",
+        match=rf"twice\.yaml:{last}: invalid YAML: key 'scheduler' given twice "
+        rf"\(first on line {first}\)",
     ):
         load_scenario(path)
 

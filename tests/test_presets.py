@@ -160,7 +160,9 @@ def test_preset_strictness_booleans_duplicates_and_encoding(tmp_path: Path) -> N
     with pytest.raises(InputError, match=r"flag\.yaml: field num_layers: expected a number"):
         load_model(str(path))
     path = _write(tmp_path / "twice.yaml", src + "num_layers: 40\n")
-    with pytest.raises(InputError, match=r"twice\.yaml:\d+: key 'num_layers' given twice"):
+    with pytest.raises(
+        InputError, match=r"twice\.yaml:\d+: invalid YAML: key 'num_layers' given twice"
+    ):
         load_model(str(path))
     path = tmp_path / "bytes.yaml"
     path.write_bytes(src.encode() + b"# \xff\n")
