@@ -63,6 +63,12 @@ class StepPlan:
         return self.seqs[len(self.seqs) - self.num_admitted :]
 
     @property
+    def cached_tokens(self) -> list[int]:
+        """Per admitted sequence, the tokens its KV starts with from the prefix cache (its
+        context: a waiting sequence holds no KV of its own)."""
+        return self.context_lens[len(self.seqs) - self.num_admitted :]
+
+    @property
     def num_scheduled_tokens(self) -> dict[Hashable, int]:
         """``{seq_id: tokens}`` in plan order (the spec's return value of ``schedule()``)."""
         return {s.seq_id: n for s, n in zip(self.seqs, self.num_new_tokens, strict=True)}

@@ -5,6 +5,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Hashable
 
+PromptRuns = tuple[tuple[Hashable, int], ...]
+"""A prompt's token identity: ``(segment, tokens)`` runs, each the first ``tokens`` tokens of
+its segment. Two prompts share their first ``k`` tokens exactly when their runs, cut after
+``k`` tokens, are equal (docs/workloads.md, "Token identity")."""
+
 
 class SequenceStatus(enum.Enum):
     """Where a sequence is in its life: waiting, running or finished."""
@@ -21,22 +26,48 @@ class Sequence:
         "seq_id",
         "prompt_len",
         "max_tokens",
+        "priority",
+        "prompt_runs",
         "output",
         "num_computed",
         "num_blocks",
         "status",
         "num_preemptions",
         "num_tokens",
+        "num_cached_tokens",
+        "block_ids",
+        "block_hashes",
+        "num_cached_blocks",
+        "arrival_order",
     )
 
-    def __init__(self, seq_id: Hashable, prompt_len: int, max_tokens: int) -> None:
+    def __init__(
+        self,
+        seq_id: Hashable,
+        prompt_len: int,
+        max_tokens: int,
+        *,
+        priority: int = 0,
+        prompt_runs: PromptRuns | None = None,
+    ) -> None:
         if not isinstance(prompt_len, int) or prompt_len <= 0:
             raise ValueError(f"prompt_len must be a positive integer, got {prompt_len!r}")
         if not isinstance(max_tokens, int) or max_tokens <= 0:
             raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        if prompt_runs is not None and (
+            sum(n for _, n in prompt_runs) != prompt_len or min(n for _, n in prompt_runs) < 1
+        ):
+            raise ValueError(
+                f"prompt_runs of {seq_id!r} must be runs of >= 1 tokens adding up to "
+                f"prompt_len {prompt_len}"
+            )
         self.seq_id = seq_id
         self.prompt_len = prompt_len
         self.max_tokens = max_tokens
+        self.priority = priority
+        """Lower is served first under a priority policy (vLLM's convention)."""
+        self.prompt_runs = prompt_runs
+        """Token identity of the prompt, or None: a prompt no other request shares."""
         self.output: list[int] = []
         self.num_computed = 0
         self.num_blocks = 0
@@ -45,6 +76,16 @@ class Sequence:
         # prompt_len + len(output), kept as a field because the scheduler reads it for every
         # sequence in every step; only the scheduler appends to ``output`` and keeps it in step.
         self.num_tokens = prompt_len
+        self.num_cached_tokens = -1
+        """Prompt tokens served from the prefix cache when first scheduled (-1 before)."""
+        self.block_ids: list[int] = []
+        """The KV blocks held, in token order (only a block manager with identities fills it)."""
+        self.block_hashes: list[int] = []
+        """Chained content hashes of the sequence's full blocks, computed as needed."""
+        self.num_cached_blocks = 0
+        """How many of ``block_ids`` are in the prefix cache (hit, or hashed once full)."""
+        self.arrival_order = 0
+        """Position in the order of ``add()`` calls (a priority policy's tie-breaker)."""
 
     @property
     def max_kv_tokens(self) -> int:

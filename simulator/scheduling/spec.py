@@ -14,6 +14,7 @@ from collections.abc import Hashable
 from simulator.scheduling.block_manager import BlockManager
 from simulator.scheduling.decode_run import DecodeRun
 from simulator.scheduling.interface import ManySampler, Sampler, Scheduler, StepPlan
+from simulator.scheduling.kv_cache_manager import KVCacheManager
 from simulator.scheduling.sequence import Sequence, SequenceStatus
 
 __all__ = ["SpecScheduler", "Sequence", "SequenceStatus"]
@@ -40,11 +41,18 @@ class SpecScheduler(Scheduler):
         *,
         sample_many: ManySampler | None = None,
         keep_finished: bool = True,
+        enable_prefix_caching: bool = False,
     ) -> None:
-        self.blocks = BlockManager(
-            positive("num_blocks", num_blocks), positive("block_size", block_size)
+        positive("num_blocks", num_blocks)
+        positive("block_size", block_size)
+        self.caching = enable_prefix_caching
+        """Whether admitted sequences start from their prefix-cache hit (docs/scheduler.md)."""
+        self.blocks: BlockManager | KVCacheManager = (
+            KVCacheManager(num_blocks, block_size)
+            if enable_prefix_caching
+            else BlockManager(num_blocks, block_size)
         )
-        """The KV-block accounting."""
+        """The KV blocks: counted, or with identities and a prefix cache."""
         self.max_num_seqs = positive("max_num_seqs", max_num_seqs)
         self.max_num_batched_tokens = positive("max_num_batched_tokens", max_num_batched_tokens)
         self.sample_fn = sample_fn
@@ -81,6 +89,11 @@ class SpecScheduler(Scheduler):
     def num_blocks_used(self) -> int:
         """KV blocks held by running sequences."""
         return self.blocks.num_used
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Free blocks whose contents the prefix cache keeps for reuse."""
+        return self.blocks.num_cached_free if isinstance(self.blocks, KVCacheManager) else 0
 
     @property
     def blocks_used(self) -> int:
@@ -184,6 +197,7 @@ class SpecScheduler(Scheduler):
         preempted: list[Sequence] = []
         running = self._running
         limit = self.block_size
+        caching = self.caching
         # Phase 1: an index loop, because preemption shortens ``running`` under our feet.
         i = 0
         while i < len(running) and budget > 0:
@@ -191,8 +205,11 @@ class SpecScheduler(Scheduler):
             c = seq.num_computed
             n = min(seq.num_tokens - c, budget)
             # The common case, a decode inside its last block, needs no new block: skip the call.
-            if c + n > seq.num_blocks * limit and not self._make_room(seq, n, preempted):
-                continue  # it preempted itself: running got shorter, so the index stays
+            if c + n > seq.num_blocks * limit:
+                if not self._make_room(seq, n, preempted):
+                    continue  # it preempted itself: running got shorter, so the index stays
+            elif caching:  # no new block, but the step may fill one: cache it
+                self.blocks.cache_full(seq, c + n)  # type: ignore[union-attr]
             seqs.append(seq)
             new_tokens.append(n)
             context.append(c)
@@ -201,11 +218,22 @@ class SpecScheduler(Scheduler):
         num_running = len(seqs)
         # Phase 2: strictly FCFS; a head that does not fit blocks everybody behind it.
         waiting = self._waiting
+        blocks = self.blocks
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             seq = waiting[0]
-            n = min(seq.num_tokens - seq.num_computed, budget)
-            if not self.blocks.grow(seq, seq.num_computed + n):
-                break
+            if isinstance(blocks, KVCacheManager):  # start from the prefix-cache hit
+                hits = blocks.lookup(seq)
+                hit = len(hits) * limit
+                n = min(seq.num_tokens - hit, budget)
+                if not blocks.admit(seq, hit + n, hits):
+                    break
+                seq.num_computed = hit
+                if seq.num_cached_tokens < 0:
+                    seq.num_cached_tokens = hit
+            else:
+                n = min(seq.num_tokens - seq.num_computed, budget)
+                if not blocks.grow(seq, seq.num_computed + n):
+                    break
             waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             running.append(seq)
@@ -265,7 +293,12 @@ class SpecScheduler(Scheduler):
             self.finish_decode_step()
         run = self._run
         if run is None:
-            if not self._all_decoding or self.sample_many is None or self.eos_token_id is not None:
+            if (
+                not self._all_decoding
+                or self.sample_many is None
+                or self.eos_token_id is not None
+                or self.caching
+            ):
                 return 0, 0
             run = DecodeRun.start(self._running, self.block_size, self.max_num_batched_tokens)
             if run is None:
@@ -279,6 +312,7 @@ class SpecScheduler(Scheduler):
             return 0, 0
         if self._waiting and self._admissible(self._waiting[0], run.num_seqs, grow):
             return 0, 0
+        assert isinstance(self.blocks, BlockManager)
         self.blocks.take(grow)
         run.steps = t
         self._finishing = run.finish_at.pop(t, [])
@@ -318,6 +352,7 @@ class SpecScheduler(Scheduler):
         seq.output.extend(self.sample_many(seq, k))
         seq.num_computed += k
         seq.num_tokens += k
+        assert isinstance(self.blocks, BlockManager)
         self.blocks.settle(seq, seq.num_computed)
 
     def _settle(self) -> None:

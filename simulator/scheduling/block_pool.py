@@ -1,0 +1,117 @@
+"""The KV blocks themselves: ids, reference counts, the prefix cache's hash map and the free
+queue in vLLM's eviction order (vLLM v1's ``BlockPool``).
+
+A block is *free* when no sequence references it. A free block that still holds a full
+block's hashed content is also *cached*: a later sequence whose tokens chain to the same hash
+reuses it (a prefix-cache hit) until it is evicted, i.e. handed out as a new block. Free blocks
+without content (never filled, or evicted) are handed out first; cached ones are handed out
+least recently freed first. vLLM's null block is not modelled: ``num_blocks`` counts usable
+blocks only.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class BlockPool:
+    """``num_blocks`` blocks with reference counts; the hash -> block map of cached content."""
+
+    __slots__ = (
+        "num_blocks",
+        "ref_cnt",
+        "block_hash",
+        "free_blank",
+        "free_cached",
+        "cached",
+        "dupes",
+    )
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        """Blocks in the pool."""
+        self.ref_cnt = [0] * num_blocks
+        """Per block: how many sequences hold it."""
+        self.block_hash: list[int | None] = [None] * num_blocks
+        """Per block: the hash of the full block's content it holds in the cache, or None."""
+        # Free blocks without content: handed out first, in any order (they are all alike).
+        self.free_blank = list(range(num_blocks - 1, -1, -1))
+        # Free blocks with cached content, least recently freed first: the eviction order.
+        self.free_cached: OrderedDict[int, None] = OrderedDict()
+        # hash -> the earliest cached block with that content (the one a lookup returns) ...
+        self.cached: dict[int, int] = {}
+        # ... and the later ones, in caching order. vLLM does not merge equal blocks (a block
+        # table never changes under a running request), so duplicates are rare but real.
+        self.dupes: dict[int, list[int]] = {}
+
+    @property
+    def num_free(self) -> int:
+        """Blocks no sequence holds (cached or not)."""
+        return len(self.free_blank) + len(self.free_cached)
+
+    @property
+    def num_free_cached(self) -> int:
+        """Free blocks whose content the cache keeps."""
+        return len(self.free_cached)
+
+    def lookup(self, block_hash: int) -> int | None:
+        """The block that serves a hit on ``block_hash``, or None."""
+        return self.cached.get(block_hash)
+
+    def touch(self, blocks: list[int]) -> None:
+        """Take one more reference on each of ``blocks`` (prefix-cache hits); a free one leaves
+        the free queue."""
+        ref_cnt, free_cached = self.ref_cnt, self.free_cached
+        for b in blocks:
+            if ref_cnt[b] == 0:
+                del free_cached[b]
+            ref_cnt[b] += 1
+
+    def take(self, n: int) -> list[int]:
+        """``n`` new blocks with one reference each (the caller checked ``num_free``):
+        blank ones first, then the least recently freed cached ones, whose content is evicted."""
+        blank, ref_cnt = self.free_blank, self.ref_cnt
+        out = []
+        for _ in range(n):
+            if blank:
+                b = blank.pop()
+            else:
+                b = self.free_cached.popitem(last=False)[0]
+                self._evict(b)
+            ref_cnt[b] = 1
+            out.append(b)
+        return out
+
+    def cache(self, block: int, block_hash: int) -> None:
+        """Record that the held ``block`` is full with content ``block_hash``."""
+        self.block_hash[block] = block_hash
+        first = self.cached.setdefault(block_hash, block)
+        if first != block:
+            self.dupes.setdefault(block_hash, []).append(block)
+
+    def free(self, blocks: list[int]) -> None:
+        """Drop one reference on each of ``blocks``; cached ones are evicted in the order given."""
+        ref_cnt, block_hash = self.ref_cnt, self.block_hash
+        for b in blocks:
+            ref_cnt[b] -= 1
+            if ref_cnt[b] == 0:
+                if block_hash[b] is None:
+                    self.free_blank.append(b)
+                else:
+                    self.free_cached[b] = None
+
+    def _evict(self, b: int) -> None:
+        h = self.block_hash[b]
+        assert h is not None
+        self.block_hash[b] = None
+        later = self.dupes.get(h)
+        if self.cached[h] == b:
+            if later:
+                self.cached[h] = later.pop(0)
+            else:
+                del self.cached[h]
+        else:
+            assert later is not None
+            later.remove(b)
+        if later is not None and not later:
+            del self.dupes[h]

@@ -1,0 +1,179 @@
+"""Replay recorded scheduler cases through a policy, step by step, and compare with what the
+real scheduler did (``servesim check-scheduler``; the run semantics are the recorder's:
+tests/data/vllm_v1_scheduler/README.md).
+
+Per step ``k``: add the requests that arrive at ``k`` in list order, ``schedule()``,
+``update()`` with a fake model (request ``i`` samples token ``100000 + i``, or EOS at output
+index ``eos_at``), and record the scheduled sequences with their tokens, the preempted ones,
+the prefix-cache hits of the admitted ones, the finished ones and the free blocks. A case ends
+after the first step at or past the last arrival that leaves no work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.scheduling.interface import Sampler, Scheduler
+from simulator.scheduling.replay_cases import Case, read_cases
+from simulator.scheduling.sequence import Sequence
+from simulator.scheduling.spec import SpecScheduler
+from simulator.scheduling.vllm_v1 import VllmV1Scheduler
+
+EOS = 50256
+OUT_TOKEN0 = 100_000
+REPLAY_POLICIES = ("spec", "vllm-v1")
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first step at which a replay differs from the recording."""
+
+    case: str
+    step: int
+    expected: dict[str, Any] | None
+    """The recorded step (None: the replay ran longer than the recording)."""
+    got: dict[str, Any] | None
+    """The replayed step (None: the replay ended earlier)."""
+
+    def describe(self) -> str:
+        """One line per field that differs."""
+        exp, got = self.expected, self.got
+        if exp is None or got is None:
+            which = "recording ended" if exp is None else "replay ended"
+            return f"{self.case}: step {self.step}: {which} (expected {exp}, got {got})"
+        diffs = [
+            f"  {key}: expected {exp[key]}, got {got[key]}" for key in exp if exp[key] != got[key]
+        ]
+        return f"{self.case}: first divergent step {self.step}\n" + "\n".join(diffs)
+
+
+def make_replay_scheduler(case: Case, policy: str, sample: Sampler) -> Scheduler:
+    """The scheduler ``policy`` names, configured as the case's vLLM scheduler was."""
+    c = case.config
+    if policy == "spec":
+        return SpecScheduler(
+            c["num_blocks"],
+            c["block_size"],
+            c["max_num_seqs"],
+            c["max_num_batched_tokens"],
+            sample,
+            EOS,
+            enable_prefix_caching=c["enable_prefix_caching"],
+        )
+    if policy == "vllm-v1":
+        return VllmV1Scheduler(
+            c["num_blocks"],
+            c["block_size"],
+            c["max_num_seqs"],
+            c["max_num_batched_tokens"],
+            sample,
+            EOS,
+            priority=c["policy"] == "priority",
+            reserve_full_isl=c["reserve_full_isl"],
+            long_prefill_token_threshold=c["long_prefill_token_threshold"],
+            enable_prefix_caching=c["enable_prefix_caching"],
+        )
+    raise ValueError(f"unknown policy {policy!r} (expected one of {', '.join(REPLAY_POLICIES)})")
+
+
+def case_sequences(case: Case) -> list[Sequence]:
+    """The case's requests as sequences (id = list index), with the token identity their
+    block hashes give: block ``j`` is segment ``block_hashes[j]``; the partial last block is
+    a segment of the request's own."""
+    bs = case.config["block_size"]
+    own = 1 + max((h for r in case.requests for h in r.block_hashes), default=-1)
+    seqs = []
+    for i, r in enumerate(case.requests):
+        runs: list[tuple[int, int]] = [(h, bs) for h in r.block_hashes]
+        tail = r.prompt_len - len(runs) * bs
+        if tail:
+            runs.append((own + i, tail))
+        seqs.append(
+            Sequence(i, r.prompt_len, r.max_tokens, priority=r.priority, prompt_runs=tuple(runs))
+        )
+    return seqs
+
+
+def replay(case: Case, policy: str) -> list[dict[str, Any]]:
+    """Every step of ``case`` replayed through ``policy``, as recorded steps are written."""
+    eos_at = [r.eos_at for r in case.requests]
+
+    def sample(seq: Sequence) -> int:
+        i: int = seq.seq_id  # type: ignore[assignment]
+        return EOS if eos_at[i] == len(seq.output) else OUT_TOKEN0 + i
+
+    sched = make_replay_scheduler(case, policy, sample)
+    seqs = case_sequences(case)
+    arrivals: dict[int, list[Sequence]] = {}
+    for seq, r in zip(seqs, case.requests, strict=True):
+        arrivals.setdefault(r.arrival_step, []).append(seq)
+    last = case.requests[-1].arrival_step
+    limit = last + 1 + 4 * sum(r.prompt_len + r.max_tokens for r in case.requests) * (1 + len(seqs))
+    steps = []
+    for k in range(limit):
+        for seq in arrivals.get(k, ()):
+            sched.add(seq)
+        plan = sched.schedule()
+        cached = plan.cached_tokens
+        admitted = plan.admitted
+        record: dict[str, Any] = {
+            "scheduled": [
+                [str(s.seq_id), n] for s, n in zip(plan.seqs, plan.num_new_tokens, strict=True)
+            ],
+            "preempted": sorted(str(s.seq_id) for s in plan.preempted),
+            "cached": {str(s.seq_id): n for s, n in zip(admitted, cached, strict=True) if n},
+            "finished": [],
+            "free_blocks": 0,
+        }
+        done = sched.update()
+        record["preempted"].sort(key=int)
+        record["finished"] = sorted((str(s.seq_id) for s in done), key=int)
+        record["free_blocks"] = sched.num_blocks - sched.num_blocks_used
+        steps.append(record)
+        if k >= last and not sched.has_work():
+            return steps
+    raise RuntimeError(f"{case.name}: no end after {limit} steps (scheduler made no progress)")
+
+
+def first_divergence(case: Case, got: list[dict[str, Any]]) -> Divergence | None:
+    """Where the replay first differs from the recording, or None if it never does."""
+    expected = case.steps
+    for k in range(max(len(expected), len(got))):
+        exp = expected[k] if k < len(expected) else None
+        mine = got[k] if k < len(got) else None
+        if exp != mine:
+            return Divergence(case.name, k, exp, mine)
+    return None
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """The outcome of replaying a file of cases."""
+
+    num_cases: int
+    divergences: list[Divergence]
+
+    @property
+    def num_matching(self) -> int:
+        """Cases replayed identically, step for step."""
+        return self.num_cases - len(self.divergences)
+
+
+def check_cases(cases: Iterable[Case], policy: str) -> CheckReport:
+    """Replay every case through ``policy``; collect the first divergence of each that differs."""
+    n = 0
+    bad = []
+    for case in cases:
+        n += 1
+        divergence = first_divergence(case, replay(case, policy))
+        if divergence is not None:
+            bad.append(divergence)
+    return CheckReport(n, bad)
+
+
+def check_file(path: str | Path, policy: str) -> CheckReport:
+    """Read a cases file (InputError if it is not in the format) and replay it."""
+    return check_cases(read_cases(path), policy)

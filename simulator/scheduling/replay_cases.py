@@ -1,0 +1,203 @@
+"""Recorded scheduler cases (the format of tests/data/vllm_v1_scheduler/README.md): read and
+checked field by field, so a file not in the format is one error naming FILE:LINE and the
+field, never a traceback or a wrong comparison."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from simulator.errors import InputError
+
+CONFIG_FIELDS: dict[str, type] = {
+    "policy": str,
+    "max_num_seqs": int,
+    "max_num_batched_tokens": int,
+    "block_size": int,
+    "num_blocks": int,
+    "enable_prefix_caching": bool,
+    "reserve_full_isl": bool,
+    "long_prefill_token_threshold": int,
+    "max_model_len": int,
+}
+REQUEST_FIELDS = (
+    "id",
+    "arrival_step",
+    "prompt_len",
+    "max_tokens",
+    "eos_at",
+    "priority",
+    "block_hashes",
+)
+STEP_FIELDS = ("scheduled", "preempted", "cached", "finished", "free_blocks")
+POLICIES = ("fcfs", "priority")
+
+
+@dataclass(frozen=True)
+class Request:
+    """One recorded request (list order = order of adding)."""
+
+    arrival_step: int
+    prompt_len: int
+    max_tokens: int
+    eos_at: int | None
+    priority: int
+    block_hashes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One recorded run: its scheduler config, requests and every step."""
+
+    name: str
+    line: int
+    config: dict[str, Any]
+    requests: tuple[Request, ...]
+    steps: tuple[dict[str, Any], ...]
+
+
+class _Bad(Exception):
+    """A field that is not in the format; the reader adds FILE:LINE."""
+
+
+def read_cases(path: str | Path) -> list[Case]:
+    """Every case of a JSONL file; InputError ``FILE:LINE: field: reason`` on the first
+    line that is not in the format."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read: {err}") from None
+    cases = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            cases.append(_case(line, line_no))
+        except _Bad as err:
+            raise InputError(f"{path}:{line_no}: {err}") from None
+    if not cases:
+        raise InputError(f"{path}: no cases in the file")
+    return cases
+
+
+def _case(line: str, line_no: int) -> Case:
+    try:
+        data = json.loads(line)
+    except (json.JSONDecodeError, RecursionError, ValueError) as err:
+        raise _Bad(f"invalid JSON ({err})") from None
+    obj = _object(data, "", ("case", "vllm", "config", "requests", "steps"))
+    name = _typed(obj["case"], "case", str)
+    _typed(obj["vllm"], "vllm", str)
+    config = _config(obj["config"])
+    raw_requests = _typed(obj["requests"], "requests", list)
+    if not raw_requests:
+        raise _Bad("field 'requests': no requests")
+    requests = tuple(_request(r, i, config["block_size"]) for i, r in enumerate(raw_requests))
+    arrivals = [r.arrival_step for r in requests]
+    if arrivals != sorted(arrivals):
+        raise _Bad("field 'requests': not sorted by arrival_step")
+    raw_steps = _typed(obj["steps"], "steps", list)
+    steps = tuple(_step(s, k, len(requests)) for k, s in enumerate(raw_steps))
+    if not steps:
+        raise _Bad("field 'steps': no steps")
+    return Case(name, line_no, config, requests, steps)
+
+
+def _object(value: Any, where: str, fields: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    label = f"field '{where}'" if where else "the line"
+    if not isinstance(value, dict):
+        raise _Bad(f"{label}: expected a JSON object, got {type(value).__name__}")
+    for key in fields:
+        if key not in value:
+            raise _Bad(f"field '{where + '.' if where else ''}{key}': missing")
+    extra = [k for k in value if k not in fields]
+    if extra:
+        raise _Bad(f"field '{where + '.' if where else ''}{extra[0]}': unknown field")
+    return value
+
+
+def _typed(value: Any, where: str, kind: type, minimum: int | None = None) -> Any:
+    # bool is an int subclass: a true/false count is not in the format
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise _Bad(f"field '{where}': expected {kind.__name__}, got {json.dumps(value)[:40]}")
+    if minimum is not None and cast(int, value) < minimum:
+        raise _Bad(f"field '{where}': {value} is below {minimum}")
+    return value
+
+
+def _config(value: Any) -> dict[str, Any]:
+    obj = _object(value, "config", list(CONFIG_FIELDS))
+    for key, kind in CONFIG_FIELDS.items():
+        if kind is int:
+            low = 0 if key == "long_prefill_token_threshold" else 1
+            _typed(obj[key], f"config.{key}", kind, low)
+        else:
+            _typed(obj[key], f"config.{key}", kind)
+    if obj["policy"] not in POLICIES:
+        raise _Bad(f"field 'config.policy': {obj['policy']!r} is not one of {', '.join(POLICIES)}")
+    return dict(obj)
+
+
+def _request(value: Any, i: int, block_size: int) -> Request:
+    where = f"requests[{i}]"
+    obj = _object(value, where, REQUEST_FIELDS)
+    if obj["id"] != str(i):
+        raise _Bad(f"field '{where}.id': expected {str(i)!r} (the list index), got {obj['id']!r}")
+    arrival = _typed(obj["arrival_step"], f"{where}.arrival_step", int, 0)
+    prompt = _typed(obj["prompt_len"], f"{where}.prompt_len", int, 1)
+    max_tokens = _typed(obj["max_tokens"], f"{where}.max_tokens", int, 1)
+    eos_at = obj["eos_at"]
+    if eos_at is not None:
+        _typed(eos_at, f"{where}.eos_at", int, 0)
+        if eos_at >= max_tokens:
+            raise _Bad(f"field '{where}.eos_at': {eos_at} is not below max_tokens {max_tokens}")
+    priority = _typed(obj["priority"], f"{where}.priority", int)
+    hashes = _typed(obj["block_hashes"], f"{where}.block_hashes", list)
+    for j, h in enumerate(hashes):
+        _typed(h, f"{where}.block_hashes[{j}]", int, 0)
+    if len(hashes) != prompt // block_size:
+        raise _Bad(
+            f"field '{where}.block_hashes': {len(hashes)} entries, expected prompt_len // "
+            f"block_size = {prompt // block_size}"
+        )
+    return Request(arrival, prompt, max_tokens, eos_at, priority, tuple(hashes))
+
+
+def _step(value: Any, k: int, num_requests: int) -> dict[str, Any]:
+    where = f"steps[{k}]"
+    obj = _object(value, where, STEP_FIELDS)
+
+    def request_id(v: Any, field: str) -> str:
+        _typed(v, field, str)
+        if not (v.isdigit() and int(v) < num_requests and str(int(v)) == v):
+            raise _Bad(f"field '{field}': {v!r} is not a request id")
+        return v
+
+    scheduled = []
+    for j, item in enumerate(_typed(obj["scheduled"], f"{where}.scheduled", list)):
+        field = f"{where}.scheduled[{j}]"
+        if not isinstance(item, list) or len(item) != 2:
+            raise _Bad(f"field '{field}': expected [id, tokens]")
+        scheduled.append([request_id(item[0], field), _typed(item[1], field, int, 1)])
+    cached = _typed(obj["cached"], f"{where}.cached", dict)
+    for rid, n in cached.items():
+        request_id(rid, f"{where}.cached")
+        _typed(n, f"{where}.cached.{rid}", int, 1)
+    return {
+        "scheduled": scheduled,
+        "preempted": [
+            request_id(v, f"{where}.preempted")
+            for v in _typed(obj["preempted"], f"{where}.preempted", list)
+        ],
+        "cached": dict(cached),
+        "finished": [
+            request_id(v, f"{where}.finished")
+            for v in _typed(obj["finished"], f"{where}.finished", list)
+        ],
+        "free_blocks": _typed(obj["free_blocks"], f"{where}.free_blocks", int, 0),
+    }
