@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from simulator.cli import (
     calibrate,
+    check_scheduler,
     convert,
     fetch,
     plot,
@@ -37,7 +38,18 @@ from simulator.errors import InputError
 
 __all__ = ["COMMANDS", "build_parser", "format_summary", "main"]
 
-COMMANDS = (run, sweep, plot, validate, presets, fetch, calibrate, predict, convert)
+COMMANDS = (
+    run,
+    sweep,
+    plot,
+    validate,
+    presets,
+    fetch,
+    calibrate,
+    predict,
+    convert,
+    check_scheduler,
+)
 """The command modules, in the order ``servesim --help`` lists them."""
 
 

@@ -22,6 +22,7 @@ STEP_INT_FIELDS = (
     "num_running",
     "num_waiting",
     "num_preemptions",
+    "num_cached_blocks",
 )
 """Integer columns of a step row, in the order ``record_step`` takes them."""
 
@@ -43,6 +44,8 @@ class Recorder:
         self.finish = [nan] * num_requests
         """Per request: end of the step that sampled its last token."""
         self.num_preemptions = [0] * num_requests
+        self.num_cached_tokens = [0] * num_requests
+        """Per request: prompt tokens served from the prefix cache when first scheduled."""
         self.checksum = [0] * num_requests
         self.rejected: list[tuple[int, str]] = []
         """``(request, reason)`` of the requests that can never be served."""
@@ -64,8 +67,9 @@ class Recorder:
     # -- steps ---------------------------------------------------------------------------------
 
     def record_step(self, start: float, duration: float, ints: tuple[int, ...]) -> None:
-        """One step row: its start, its duration (checked > 0) and ``STEP_INT_FIELDS``."""
-        if not duration > 0:
+        """One step row: its start, its duration (checked > 0, or 0 for a step that scheduled
+        nothing) and ``STEP_INT_FIELDS``."""
+        if not (duration > 0 or duration == 0 and ints[0] == 0):
             raise RuntimeError(f"cost model returned a non-positive step time {duration!r}")
         self._step_times.extend((start, duration))
         self._step_ints.extend(ints)

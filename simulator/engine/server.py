@@ -105,16 +105,18 @@ class Server:
         env, sched, rec = self.env, self.scheduler, self.recorder
         num_running, num_waiting = sched.num_running, sched.num_waiting
         plan = sched.schedule()
-        if not plan.seqs:  # impossible by the spec (a lone head always fits); never spin
+        if not plan.seqs and not plan.preempted:  # a lone head always fits: never spin
             raise RuntimeError("scheduler produced an empty step with work pending")
         now = env.now
         first_sched = rec.first_scheduled
-        for seq in plan.admitted:
+        for seq, cached in zip(plan.admitted, plan.cached_tokens, strict=True):
             i: int = seq.seq_id  # type: ignore[assignment]
             if first_sched[i] != first_sched[i]:  # NaN: scheduled for the first time
                 first_sched[i] = now
+                rec.num_cached_tokens[i] = cached
         new_tokens = plan.num_new_tokens
-        duration = self.cost_model.step_time(Batch(new_tokens, plan.context_lens))
+        # vllm-v1 under priority can preempt every sequence it planned: nothing runs, no time
+        duration = self.cost_model.step_time(Batch(new_tokens, plan.context_lens)) if plan else 0.0
         num_tokens = sum(new_tokens)
         decodes = new_tokens.count(1)
         rec.record_step(
@@ -129,6 +131,7 @@ class Server:
                 num_running,
                 num_waiting,
                 len(plan.preempted),
+                sched.num_cached_blocks,
             ),
         )
         yield env.timeout(duration)
@@ -167,6 +170,7 @@ class Server:
                     num_running,
                     num_waiting,
                     0,
+                    sched.num_cached_blocks,
                 ),
             )
             steps += 1

@@ -74,7 +74,15 @@ class Simulation:
         """Hand request ``i`` to the server at time ``at``."""
         self.arrival_s[i] = at
         self._in_flight += 1
-        if not self.server.submit(Sequence(i, int(self._prompt[i]), int(self._output[i]))):
+        priority, runs = self.workload.priority, self.workload.prompt_runs
+        seq = Sequence(
+            i,
+            int(self._prompt[i]),
+            int(self._output[i]),
+            priority=0 if priority is None else int(priority[i]),
+            prompt_runs=None if runs is None else runs.runs(i),
+        )
+        if not self.server.submit(seq):
             self._slot_freed(1, at)  # rejected: it is not in flight
 
     def _slot_freed(self, num_done: int, at: float) -> None:
@@ -127,6 +135,7 @@ class Simulation:
             first_token=np.array(rec.first_token),
             finish=np.array(rec.finish),
             num_preemptions=np.array(rec.num_preemptions, dtype=np.int64),
+            num_cached_tokens=np.array(rec.num_cached_tokens, dtype=np.int64),
             rejected=rejected_ids,
         )
         rejected = pd.DataFrame(

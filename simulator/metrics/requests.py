@@ -30,6 +30,7 @@ REQUEST_COLUMNS = [
     "e2e_s",
     "queue_delay_s",
     "num_preemptions",
+    "num_cached_tokens",
     "status",
 ]
 
@@ -42,6 +43,7 @@ def build_requests(
     first_token: np.ndarray,
     finish: np.ndarray,
     num_preemptions: np.ndarray,
+    num_cached_tokens: np.ndarray,
     rejected: list[int],
 ) -> pd.DataFrame:
     """One row per request, every latency derived from the four timestamps (``arrival``:
@@ -67,6 +69,7 @@ def build_requests(
             "e2e_s": finish - arrival,
             "queue_delay_s": first_scheduled - arrival,
             "num_preemptions": num_preemptions,
+            "num_cached_tokens": num_cached_tokens,
             "status": pd.Categorical(status, categories=["finished", "rejected"]),
         },
         columns=REQUEST_COLUMNS,

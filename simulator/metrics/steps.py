@@ -22,6 +22,7 @@ STEP_COLUMNS = [
     "num_running",
     "num_waiting",
     "num_preemptions",
+    "num_cached_blocks",
 ]
 
 

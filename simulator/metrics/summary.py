@@ -70,6 +70,10 @@ def summarize(
         # time-weighted over the whole run: an idle server holds no KV
         "kv_utilization_mean": steps.kv_time / duration if duration > 0 else 0.0,
         "kv_utilization_max": steps.kv_max,
+        # prompt tokens the prefix cache served when requests were first scheduled
+        "prefix_cache_hit_rate": (
+            float(done["num_cached_tokens"].sum()) / in_tokens if in_tokens else float("nan")
+        ),
     }
     for metric in LATENCY_METRICS:
         dist = itl

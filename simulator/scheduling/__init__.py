@@ -12,6 +12,7 @@ from simulator.scheduling.config import SchedulerConfig
 from simulator.scheduling.interface import ManySampler, Sampler, Scheduler, StepPlan
 from simulator.scheduling.sequence import Sequence, SequenceStatus
 from simulator.scheduling.spec import SpecScheduler
+from simulator.scheduling.vllm_v1 import VllmV1Scheduler
 
 __all__ = [
     "POLICIES",
@@ -23,6 +24,7 @@ __all__ = [
     "SequenceStatus",
     "SpecScheduler",
     "StepPlan",
+    "VllmV1Scheduler",
     "make_scheduler",
 ]
 
@@ -37,11 +39,30 @@ def _spec(cfg: SchedulerConfig, sample: Sampler, sample_many: ManySampler | None
         sample,
         sample_many=sample_many,
         keep_finished=False,
+        enable_prefix_caching=bool(cfg.enable_prefix_caching),
+    )
+
+
+def _vllm_v1(cfg: SchedulerConfig, sample: Sampler, sample_many: ManySampler | None) -> Scheduler:
+    assert cfg.num_blocks is not None, "resolve the scenario first (num_blocks)"
+    return VllmV1Scheduler(
+        cfg.num_blocks,
+        cfg.block_size,
+        cfg.max_num_seqs,
+        cfg.max_num_batched_tokens,
+        sample,
+        priority=cfg.priority_policy == "priority",
+        reserve_full_isl=bool(cfg.reserve_full_isl),
+        long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+        enable_prefix_caching=bool(cfg.enable_prefix_caching),
+        sample_many=sample_many,
+        keep_finished=False,
     )
 
 
 POLICIES: dict[str, Callable[[SchedulerConfig, Sampler, ManySampler | None], Scheduler]] = {
     "spec": _spec,
+    "vllm-v1": _vllm_v1,
 }
 """Policy name (``scheduler.policy``) -> how to build it from the config and a sampler."""
 

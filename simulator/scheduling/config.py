@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class SchedulerConfig(BaseModel):
@@ -12,8 +12,9 @@ class SchedulerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    policy: Literal["spec"] = "spec"
-    """Scheduling policy: ``spec`` (docs/scheduler.md, the default)."""
+    policy: Literal["spec", "vllm-v1"] = "spec"
+    """Scheduling policy: ``spec`` (the project's spec, the default) or ``vllm-v1`` (vLLM
+    0.33's v1 scheduler, step-exact to recorded traces); docs/scheduler.md."""
     max_num_batched_tokens: int = Field(ge=1)
     """Token budget of one step, shared by decodes and prefill chunks."""
     max_num_seqs: int = Field(ge=1)
@@ -24,3 +25,35 @@ class SchedulerConfig(BaseModel):
     """Tokens per KV block."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     """Share of GPU memory for weights + KV when ``num_blocks`` is derived."""
+    enable_prefix_caching: bool | None = None
+    """Reuse the KV of full blocks whose tokens an earlier request already computed (needs
+    token identity in the workload to hit anything but a request's own blocks after a
+    preemption); default: on for ``vllm-v1`` (as in vLLM), off for ``spec``."""
+    priority_policy: Literal["fcfs", "priority"] = "fcfs"
+    """``vllm-v1`` only: serve the waiting queue first come first served, or by each
+    request's ``priority`` (lower first, then arrival), preempting the lowest first."""
+    reserve_full_isl: bool | None = None
+    """``vllm-v1`` only: admit a request only when blocks for all its known tokens are free,
+    not just for its first prefill chunk (vLLM's ``scheduler_reserve_full_isl``); default on
+    for ``vllm-v1``, and always off for ``spec``."""
+    long_prefill_token_threshold: int = Field(default=0, ge=0)
+    """``vllm-v1`` only: most tokens one request computes in a step while others run or wait
+    (0: no cap)."""
+
+    @model_validator(mode="after")
+    def _policy_defaults(self) -> SchedulerConfig:
+        vllm = self.policy == "vllm-v1"
+        if not vllm:
+            for key, off in (
+                ("priority_policy", self.priority_policy == "fcfs"),
+                ("reserve_full_isl", not self.reserve_full_isl),
+                ("long_prefill_token_threshold", self.long_prefill_token_threshold == 0),
+            ):
+                if not off:
+                    raise ValueError(f"{key} applies to policy 'vllm-v1' only, not {self.policy!r}")
+        # resolved here, so a saved scenario says what ran
+        if self.enable_prefix_caching is None:
+            self.enable_prefix_caching = vllm
+        if self.reserve_full_isl is None:
+            self.reserve_full_isl = vllm
+        return self

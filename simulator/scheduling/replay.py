@@ -11,13 +11,15 @@ after the first step at or past the last arrival that leaves no work.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import sys
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simulator.errors import InputError
 from simulator.scheduling.interface import Sampler, Scheduler
-from simulator.scheduling.replay_cases import Case, read_cases
+from simulator.scheduling.replay_cases import Case, check_steps, read_cases
 from simulator.scheduling.sequence import Sequence
 from simulator.scheduling.spec import SpecScheduler
 from simulator.scheduling.vllm_v1 import VllmV1Scheduler
@@ -162,18 +164,32 @@ class CheckReport:
         return self.num_cases - len(self.divergences)
 
 
-def check_cases(cases: Iterable[Case], policy: str) -> CheckReport:
-    """Replay every case through ``policy``; collect the first divergence of each that differs."""
-    n = 0
+def check_cases(cases: Seq[Case], policy: str, progress: bool | None = False) -> CheckReport:
+    """Replay every case through ``policy``; collect the first divergence of each that
+    differs. ``progress``: True shows a bar on stderr, None only on a terminal."""
+    if policy not in REPLAY_POLICIES:
+        raise InputError(f"--policy: {policy!r} is not one of {', '.join(REPLAY_POLICIES)}")
+    from tqdm import tqdm
+
     bad = []
-    for case in cases:
-        n += 1
-        divergence = first_divergence(case, replay(case, policy))
-        if divergence is not None:
-            bad.append(divergence)
-    return CheckReport(n, bad)
+    bar = tqdm(
+        total=len(cases),
+        unit="case",
+        file=sys.stderr,
+        disable=None if progress is None else not progress,
+        mininterval=0.5,
+        leave=False,
+    )
+    with bar:
+        for case in cases:
+            divergence = first_divergence(case, replay(case, policy))
+            if divergence is not None:
+                check_steps(case)  # a step not in the format is an input error, not a divergence
+                bad.append(divergence)
+            bar.update(1)
+    return CheckReport(len(cases), bad)
 
 
-def check_file(path: str | Path, policy: str) -> CheckReport:
+def check_file(path: str | Path, policy: str, progress: bool | None = False) -> CheckReport:
     """Read a cases file (InputError if it is not in the format) and replay it."""
-    return check_cases(read_cases(path), policy)
+    return check_cases(read_cases(path), policy, progress)

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.workload.prompt_runs import PromptRuns
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -19,6 +21,11 @@ class Workload:
     """Output tokens per request, int64 >= 1."""
     notes: tuple[str, ...] = ()
     """Adjustments made while reading (zero lengths raised, rows reordered), one line each."""
+    priority: np.ndarray | None = None
+    """Per request, int64: lower is served first by a priority policy; None = all 0."""
+    prompt_runs: PromptRuns | None = None
+    """Token identity of the prompts (what a prefix cache can hit); None = every prompt
+    unique."""
 
     def __post_init__(self) -> None:
         arrays = {
@@ -26,7 +33,11 @@ class Workload:
             "prompt_len": np.array(self.prompt_len, dtype=np.int64),
             "output_len": np.array(self.output_len, dtype=np.int64),
         }
+        if self.priority is not None:
+            arrays["priority"] = np.array(self.priority, dtype=np.int64)
         _check_workload_arrays(**arrays)
+        if self.prompt_runs is not None:
+            self.prompt_runs.check(arrays["prompt_len"], arrays["output_len"])
         for name, array in arrays.items():
             array.setflags(write=False)
             # Frozen dataclass: the copies replace the inputs once, here, so callers' arrays
@@ -39,7 +50,10 @@ class Workload:
 
 
 def _check_workload_arrays(
-    arrival_s: np.ndarray, prompt_len: np.ndarray, output_len: np.ndarray
+    arrival_s: np.ndarray,
+    prompt_len: np.ndarray,
+    output_len: np.ndarray,
+    priority: np.ndarray | None = None,
 ) -> None:
     if not arrival_s.ndim == prompt_len.ndim == output_len.ndim == 1:
         raise ValueError("Workload arrays must be one-dimensional")
@@ -48,6 +62,8 @@ def _check_workload_arrays(
             f"Workload arrays differ in length: {len(arrival_s)}, "
             f"{len(prompt_len)}, {len(output_len)}"
         )
+    if priority is not None and priority.shape != arrival_s.shape:
+        raise ValueError("Workload.priority must have one value per request")
     if not np.isfinite(arrival_s).all() or (np.diff(arrival_s) < 0).any():
         raise ValueError("Workload.arrival_s must be finite and nondecreasing")
     if (prompt_len < 1).any() or (output_len < 1).any():
