@@ -1,10 +1,16 @@
-"""Shared helpers for scheduler tests: the spec's invariants I1-I6 and a stepping driver."""
+"""Shared helpers for scheduler tests: the spec's invariants I1-I6, the block manager's own
+invariants, and a stepping driver; for every policy."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Hashable
 
+from simulator.scheduling.kv_cache_manager import KVCacheManager
 from simulator.scheduling.spec import Sequence, SequenceStatus, SpecScheduler
+from simulator.scheduling.vllm_v1 import VllmV1Scheduler
+
+AnyScheduler = SpecScheduler | VllmV1Scheduler
 
 
 def base_sampler(bases: dict[Hashable, int]) -> Callable[[Sequence], int]:
@@ -17,20 +23,26 @@ def base_sampler(bases: dict[Hashable, int]) -> Callable[[Sequence], int]:
 
 
 def check_invariants(
-    sched: SpecScheduler,
+    sched: AnyScheduler,
     plan: dict[Hashable, int] | None,
     all_seqs: list[Sequence],
     outputs_before: dict[Hashable, list[int]] | None = None,
 ) -> None:
-    """Assert I1-I6 (I4 through ``outputs_before``: outputs only ever grow)."""
-    # I1: blocks are accounted for exactly and never over-allocated.
-    assert sched.blocks_used == sum(s.num_blocks for s in sched.running)
+    """Assert I1-I6 (I4 through ``outputs_before``: outputs only ever grow; I5 only for
+    first-come-first-served waiting queues), then the block manager's invariants."""
+    # I1: blocks are accounted for exactly and never over-allocated (with a prefix cache a
+    # block may be shared, so the sum over sequences is an upper bound there).
+    held = sum(s.num_blocks for s in sched.running)
+    if isinstance(sched.blocks, KVCacheManager):
+        assert sched.blocks_used <= held
+    else:
+        assert sched.blocks_used == held
     assert 0 <= sched.blocks_used <= sched.num_blocks
     for s in sched.waiting:
-        assert s.num_blocks == 0 and s.num_computed == 0
+        assert s.num_blocks == 0 and s.num_computed == 0 and not s.block_ids
     for s in sched.finished:
-        assert s.num_blocks == 0
-    if not sched.waiting and not sched.running:
+        assert s.num_blocks == 0 and not s.block_ids
+    if not len(sched.waiting) and not sched.running:
         assert sched.blocks_used == 0
     # I2: the plan stays within budget and never schedules nothing.
     if plan is not None:
@@ -50,9 +62,10 @@ def check_invariants(
             before = outputs_before.get(s.seq_id, [])
             assert s.output[: len(before)] == before
     # I5: waiting stays in arrival order (preempted ones are earlier than new ones).
-    order = {s.seq_id: i for i, s in enumerate(all_seqs)}
-    ranks = [order[s.seq_id] for s in sched.waiting]
-    assert ranks == sorted(ranks), f"waiting out of arrival order: {ranks}"
+    if not getattr(sched, "priority", False):
+        order = {s.seq_id: i for i, s in enumerate(all_seqs)}
+        ranks = [order[s.seq_id] for s in sched.waiting]
+        assert ranks == sorted(ranks), f"waiting out of arrival order: {ranks}"
     # I6: each sequence lives in exactly one place, with the matching status.
     places = {
         SequenceStatus.WAITING: [s.seq_id for s in sched.waiting],
@@ -64,10 +77,40 @@ def check_invariants(
     for status, ids in places.items():
         for i in ids:
             assert next(s for s in all_seqs if s.seq_id == i).status is status
+    if isinstance(sched.blocks, KVCacheManager):
+        check_block_invariants(sched.blocks, sched.running)
+
+
+def check_block_invariants(blocks: KVCacheManager, running: list[Sequence]) -> None:
+    """The block manager's own invariants: reference counts never negative and equal to the
+    holders; free + referenced = total; the hash map lists each cached block once, under its
+    own hash; every running sequence's blocks referenced, its first ``num_cached_blocks``
+    cached."""
+    pool = blocks.pool
+    assert min(pool.ref_cnt) >= 0
+    holders = Counter(b for s in running for b in s.block_ids)
+    assert all(pool.ref_cnt[b] == holders.get(b, 0) for b in range(pool.num_blocks))
+    free = set(pool.free_blank) | set(pool.free_cached)
+    assert len(free) == len(pool.free_blank) + len(pool.free_cached) == pool.num_free
+    assert free == {b for b in range(pool.num_blocks) if pool.ref_cnt[b] == 0}
+    assert pool.num_free + sum(1 for r in pool.ref_cnt if r > 0) == pool.num_blocks
+    assert all(pool.block_hash[b] is None for b in pool.free_blank)
+    assert all(pool.block_hash[b] is not None for b in pool.free_cached)
+    listed = list(pool.cached.values()) + [b for bs in pool.dupes.values() for b in bs]
+    assert len(listed) == len(set(listed))  # no block cached twice
+    assert set(listed) == {b for b in range(pool.num_blocks) if pool.block_hash[b] is not None}
+    for h, b in pool.cached.items():
+        assert pool.block_hash[b] == h
+        assert all(pool.block_hash[d] == h for d in pool.dupes.get(h, []))
+    assert all(pool.dupes.values())  # no empty duplicate lists left behind
+    for s in running:
+        assert s.num_blocks == len(s.block_ids) and len(set(s.block_ids)) == len(s.block_ids)
+        for j, b in enumerate(s.block_ids[: s.num_cached_blocks]):
+            assert pool.block_hash[b] == s.block_hashes[j]
 
 
 def step(
-    sched: SpecScheduler, all_seqs: list[Sequence]
+    sched: AnyScheduler, all_seqs: list[Sequence]
 ) -> tuple[dict[Hashable, int], list[Sequence]]:
     """One ``schedule()`` + ``update()``, with the invariants checked after each half."""
     before = {s.seq_id: list(s.output) for s in all_seqs}

@@ -1,16 +1,21 @@
-"""Property-based checks of the scheduler: invariants at every step, termination, FCFS, and
-outputs that do not depend on KV pressure, slots or budget (preemption is invisible)."""
+"""Property-based checks of every policy (spec and vllm-v1, prefix caching on and off):
+invariants at every step (the spec's and the block manager's), termination, FCFS, outputs
+that do not depend on KV pressure, slots or budget (preemption is invisible), deferred decode
+steps identical to scheduled ones, and vllm-v1 equal to spec where their rules coincide."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from simulator.scheduling.kv_cache_manager import KVCacheManager
+from simulator.scheduling.sequence import PromptRuns
 from simulator.scheduling.spec import Sequence, SequenceStatus, SpecScheduler
-from tests.scheduler_helpers import step
+from simulator.scheduling.vllm_v1 import VllmV1Scheduler
+from tests.scheduler_helpers import AnyScheduler, step
 
 EOS = -1
 
@@ -21,9 +26,74 @@ class Req:
     prompt_len: int
     max_tokens: int
     eos_at: int | None  # output position that samples EOS, if any
+    priority: int = 0
+    runs: PromptRuns | None = None  # token identity (shared prefixes), None = unique
 
 
-def sampler(reqs: dict[Hashable, Req]):  # type: ignore[no-untyped-def]
+@dataclass(frozen=True)
+class Policy:
+    """A policy and its switches."""
+
+    name: str = "spec"
+    caching: bool = False
+    priority: bool = False
+    reserve: bool = True
+    threshold: int = 0
+
+    @property
+    def fcfs(self) -> bool:
+        return not self.priority
+
+    def make(
+        self,
+        num_blocks: int,
+        block_size: int,
+        max_seqs: int,
+        budget: int,
+        sample: Callable[[Sequence], int],
+        eos: int | None,
+        sample_many: Callable[[Sequence, int], list[int]] | None = None,
+    ) -> AnyScheduler:
+        if self.name == "spec":
+            return SpecScheduler(
+                num_blocks,
+                block_size,
+                max_seqs,
+                budget,
+                sample,
+                eos,
+                sample_many=sample_many,
+                enable_prefix_caching=self.caching,
+            )
+        return VllmV1Scheduler(
+            num_blocks,
+            block_size,
+            max_seqs,
+            budget,
+            sample,
+            eos,
+            priority=self.priority,
+            reserve_full_isl=self.reserve,
+            long_prefill_token_threshold=self.threshold,
+            enable_prefix_caching=self.caching,
+            sample_many=sample_many,
+        )
+
+
+POLICIES = st.one_of(
+    st.builds(Policy, name=st.just("spec"), caching=st.booleans()),
+    st.builds(
+        Policy,
+        name=st.just("vllm-v1"),
+        caching=st.booleans(),
+        priority=st.booleans(),
+        reserve=st.booleans(),
+        threshold=st.sampled_from([0, 0, 1, 3, 16]),
+    ),
+)
+
+
+def sampler(reqs: dict[Hashable, Req]) -> Callable[[Sequence], int]:
     """A token that depends only on (request, position), like a model with fixed seeds."""
 
     def sample(seq: Sequence) -> int:
@@ -35,12 +105,22 @@ def sampler(reqs: dict[Hashable, Req]):  # type: ignore[no-untyped-def]
     return sample
 
 
+def sequence(i: int, r: Req) -> Sequence:
+    return Sequence(i, r.prompt_len, r.max_tokens, priority=r.priority, prompt_runs=r.runs)
+
+
 def run(
-    reqs: list[Req], num_blocks: int, block_size: int, budget: int, max_seqs: int, check: bool
-) -> tuple[dict[Hashable, list[int]], list[Hashable], SpecScheduler]:
+    reqs: list[Req],
+    num_blocks: int,
+    block_size: int,
+    budget: int,
+    max_seqs: int,
+    check: bool,
+    policy: Policy = Policy(),
+) -> tuple[dict[Hashable, list[int]], list[Hashable], AnyScheduler]:
     """Drive a workload to completion; return outputs, first-admission order and the scheduler."""
     by_id: dict[Hashable, Req] = {i: r for i, r in enumerate(reqs)}
-    sched = SpecScheduler(num_blocks, block_size, max_seqs, budget, sampler(by_id), EOS)
+    sched = policy.make(num_blocks, block_size, max_seqs, budget, sampler(by_id), EOS)
     pending = sorted(by_id.items(), key=lambda kv: (kv[1].arrive_step, kv[0]))
     added: list[Sequence] = []
     first_admitted: list[Hashable] = []
@@ -50,7 +130,7 @@ def run(
     while pending or sched.has_work():
         while pending and pending[0][1].arrive_step <= t:
             i, r = pending.pop(0)
-            seq = Sequence(i, r.prompt_len, r.max_tokens)
+            seq = sequence(i, r)  # type: ignore[arg-type]
             sched.add(seq)
             added.append(seq)
         if check:
@@ -74,39 +154,53 @@ def scenario(draw: st.DrawFn) -> tuple[list[Req], int, int, int, int]:
     budget = draw(st.integers(1, 128))
     max_seqs = draw(st.integers(1, 16))
     capacity = num_blocks * block_size  # tokens of KV the cache can hold
+    # a few shared prefixes (system prompts), some a whole prompt (repeated prompts)
+    prefixes = draw(st.lists(st.integers(1, 40), max_size=3))
     reqs = []
-    for _ in range(draw(st.integers(1, 12))):
+    for i in range(draw(st.integers(1, 12))):
         prompt = draw(st.integers(1, max(1, min(capacity, 96))))
         max_tokens = draw(st.integers(1, max(1, min(capacity - prompt + 1, 24))))
         eos_at = draw(st.none() | st.integers(0, max_tokens - 1))
-        reqs.append(Req(draw(st.integers(0, 20)), prompt, max_tokens, eos_at))
+        runs: PromptRuns | None = None
+        k = draw(st.integers(-1, len(prefixes) - 1))
+        if k >= 0 and prefixes[k] <= prompt:
+            rest = prompt - prefixes[k]
+            runs = ((k, prefixes[k]),) + (((100 + i, rest),) if rest else ())
+        priority = draw(st.integers(-2, 2))
+        reqs.append(Req(draw(st.integers(0, 20)), prompt, max_tokens, eos_at, priority, runs))
     return reqs, num_blocks, block_size, budget, max_seqs
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenario())
+@given(scenario(), POLICIES)
 def test_invariants_termination_and_invisible_preemption(
-    case: tuple[list[Req], int, int, int, int],
+    case: tuple[list[Req], int, int, int, int], policy: Policy
 ) -> None:
     reqs, num_blocks, block_size, budget, max_seqs = case
-    outputs, admitted, sched = run(reqs, num_blocks, block_size, budget, max_seqs, check=True)
+    outputs, admitted, sched = run(reqs, num_blocks, block_size, budget, max_seqs, True, policy)
     # every sequence finished, and nothing is held
     assert len(sched.finished) == len(reqs)
     assert all(s.status is SequenceStatus.FINISHED for s in sched.finished)
-    assert sched.blocks_used == 0 and not sched.running and not sched.waiting
+    assert sched.blocks_used == 0 and not sched.running and not len(sched.waiting)
     # each output ends at EOS or max_tokens, exactly
     for i, r in enumerate(reqs):
         want_len = r.max_tokens if r.eos_at is None else r.eos_at + 1
         assert len(outputs[i]) == want_len
-    # preemption, slots and budget never change what is generated
+    # preemption, slots, budget and the prefix cache never change what is generated
     ample, _, ample_sched = run(reqs, 10**6, block_size, 10**6, 10**3, check=False)
     assert outputs == ample
     assert ample_sched.num_preemptions == 0
-    # first admissions follow arrival order (ties broken by add order)
-    arrival_order = sorted(range(len(reqs)), key=lambda i: (reqs[i].arrive_step, i))
-    assert admitted == arrival_order
+    if policy.fcfs:  # first admissions follow arrival order (ties broken by add order)
+        arrival_order = sorted(range(len(reqs)), key=lambda i: (reqs[i].arrive_step, i))
+        assert admitted == arrival_order
     # the per-sequence counters add up to the scheduler's
     assert sum(s.num_preemptions for s in sched.finished) == sched.num_preemptions
+    # a first hit is whole blocks and leaves at least the last prompt token to compute
+    for s in sched.finished:
+        assert s.num_cached_tokens % block_size == 0
+        assert 0 <= s.num_cached_tokens <= s.prompt_len - 1
+        if not policy.caching:
+            assert s.num_cached_tokens == 0
 
 
 @settings(max_examples=100, deadline=None)
@@ -115,11 +209,12 @@ def test_invariants_termination_and_invisible_preemption(
     block_size=st.integers(1, 8),
     prompt=st.integers(1, 80),
     max_tokens=st.integers(1, 20),
+    policy=POLICIES,
 )
 def test_add_rejects_exactly_the_sequences_that_can_never_fit(
-    num_blocks: int, block_size: int, prompt: int, max_tokens: int
+    num_blocks: int, block_size: int, prompt: int, max_tokens: int, policy: Policy
 ) -> None:
-    sched = SpecScheduler(num_blocks, block_size, 4, 64, sample_fn=lambda s: 0)
+    sched = policy.make(num_blocks, block_size, 4, 64, lambda s: 0, None)
     fits = -(-(prompt + max_tokens - 1) // block_size) <= num_blocks
     try:
         sched.add(Sequence("s", prompt, max_tokens))
@@ -131,10 +226,17 @@ def test_add_rejects_exactly_the_sequences_that_can_never_fit(
 
 
 def trace_run(
-    reqs: list[Req], num_blocks: int, block_size: int, budget: int, max_seqs: int, fast: bool
+    reqs: list[Req],
+    num_blocks: int,
+    block_size: int,
+    budget: int,
+    max_seqs: int,
+    fast: bool,
+    policy: Policy = Policy(),
 ) -> tuple[list[tuple[object, ...]], dict[Hashable, list[int]]]:
-    """Every step's (plan, blocks used, queue lengths, preemptions) and the final outputs,
-    driven through ``decode_step()`` whenever it accepts the step (``fast``) or never."""
+    """Every step's (plan, context, blocks used, cached blocks, queue lengths, hits),
+    preemptions and finished, and the final outputs, driven through ``decode_step()``
+    whenever it accepts the step (``fast``) or never."""
     by_id: dict[Hashable, Req] = {i: r for i, r in enumerate(reqs)}
     sample = sampler(by_id)
 
@@ -146,9 +248,7 @@ def trace_run(
         del seq.output[-k:]
         return out
 
-    sched = SpecScheduler(
-        num_blocks, block_size, max_seqs, budget, sample, None, sample_many=sample_many
-    )
+    sched = policy.make(num_blocks, block_size, max_seqs, budget, sample, None, sample_many)
     pending = sorted(by_id.items(), key=lambda kv: (kv[1].arrive_step, kv[0]))
     added: list[Sequence] = []
     trace: list[tuple[object, ...]] = []
@@ -158,35 +258,52 @@ def trace_run(
         assert t < limit, "no progress"
         while pending and pending[0][1].arrive_step <= t:
             i, r = pending.pop(0)
-            added.append(Sequence(i, r.prompt_len, r.max_tokens))
+            added.append(sequence(i, r))  # type: ignore[arg-type]
             sched.add(added[-1])
         # queue lengths as the engine reads them: without settling deferred steps
         num_running, num_waiting = sched.num_running, sched.num_waiting
         num_seqs, context = sched.decode_step() if fast else (0, 0)
+        hits: list[int] = []
         if num_seqs:
             plan = dict.fromkeys(sched.decode_batch_ids(), 1)
         else:
             step_plan = sched.schedule()
             plan = step_plan.num_scheduled_tokens
             context = sum(step_plan.context_lens)  # the KV tokens they hold before the step
-        trace.append((plan, context, sched.blocks_used, num_running, num_waiting))
+            hits = step_plan.cached_tokens
+        used, cached = sched.num_blocks_used, sched.num_cached_blocks
+        trace.append((plan, context, used, cached, num_running, num_waiting, hits))
         trace.append((sched.num_preemptions,))
         done = sched.finish_decode_step() if num_seqs else sched.update()
-        trace.append(tuple(s.seq_id for s in done))
+        trace.append((tuple(s.seq_id for s in done), sched.num_blocks_used))
         t += 1
     return trace, {s.seq_id: s.output for s in added}
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenario())
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario(), POLICIES)
 def test_deferred_decode_steps_equal_scheduled_ones(
-    case: tuple[list[Req], int, int, int, int],
+    case: tuple[list[Req], int, int, int, int], policy: Policy
 ) -> None:
     reqs, num_blocks, block_size, budget, max_seqs = case
-    reqs = [Req(r.arrive_step, r.prompt_len, r.max_tokens, None) for r in reqs]  # no EOS
-    slow = trace_run(reqs, num_blocks, block_size, budget, max_seqs, fast=False)
-    fast = trace_run(reqs, num_blocks, block_size, budget, max_seqs, fast=True)
+    reqs = [replace(r, eos_at=None) for r in reqs]  # no EOS
+    slow = trace_run(reqs, num_blocks, block_size, budget, max_seqs, False, policy)
+    fast = trace_run(reqs, num_blocks, block_size, budget, max_seqs, True, policy)
     assert fast == slow
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario(), st.booleans())
+def test_vllm_v1_equals_spec_where_their_rules_coincide(
+    case: tuple[list[Req], int, int, int, int], caching: bool
+) -> None:
+    """With KV for everybody (no preemption), no full-prompt reservation, no threshold and
+    FCFS, the two policies plan every step alike, prefix cache or not."""
+    reqs, _, block_size, budget, max_seqs = case
+    ample = sum(-(-(r.prompt_len + r.max_tokens) // block_size) for r in reqs)
+    spec = trace_run(reqs, ample, block_size, budget, max_seqs, False, Policy("spec", caching))
+    vllm = Policy("vllm-v1", caching, reserve=False)
+    assert trace_run(reqs, ample, block_size, budget, max_seqs, False, vllm) == spec
 
 
 def test_decode_steps_are_deferred_and_settled_exactly() -> None:
@@ -223,3 +340,24 @@ def test_decode_steps_are_deferred_and_settled_exactly() -> None:
     eos.schedule()
     eos.update()
     assert eos.decode_step() == (0, 0)
+
+
+def test_deferred_steps_cache_the_blocks_they_fill() -> None:
+    """With prefix caching, deferred steps hash each block the moment a decode fills it: a
+    preempted-then-resumed sequence would hit them, and a waiting one sees them."""
+    sched = VllmV1Scheduler(
+        100, 4, 8, 64, lambda s: len(s.output), sample_many=lambda s, k: [0] * k
+    )
+    seq = Sequence(0, 6, 20)
+    sched.add(seq)
+    sched.schedule()
+    sched.update()  # 6 prompt tokens computed: block 0 cached, block 1 half full
+    assert isinstance(sched.blocks, KVCacheManager) and seq.num_cached_blocks == 1
+    assert sched.decode_step() == (1, 6)  # computes token 7 of 8: nothing new is full
+    assert seq.num_cached_blocks == 1
+    assert sched.decode_step() == (1, 7)  # token 8 fills block 1: cached at once
+    assert seq.num_cached_blocks == 2 and sched.blocks.pool.cached[seq.block_hashes[1]] in (
+        seq.block_ids
+    )
+    assert sched.decode_step() == (1, 8)  # token 9 needs block 2: taken at once
+    assert seq.num_blocks == 3 and sched.blocks_used == 3

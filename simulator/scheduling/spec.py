@@ -13,6 +13,7 @@ from collections.abc import Hashable
 
 from simulator.scheduling.block_manager import BlockManager
 from simulator.scheduling.decode_run import DecodeRun
+from simulator.scheduling.deferred import DeferredDecodes
 from simulator.scheduling.interface import ManySampler, Sampler, Scheduler, StepPlan
 from simulator.scheduling.kv_cache_manager import KVCacheManager
 from simulator.scheduling.sequence import Sequence, SequenceStatus
@@ -27,7 +28,7 @@ def positive(name: str, value: int) -> int:
     return value
 
 
-class SpecScheduler(Scheduler):
+class SpecScheduler(DeferredDecodes, Scheduler):
     """vLLM-v1-style step scheduler, exact to the spec."""
 
     def __init__(
@@ -234,6 +235,8 @@ class SpecScheduler(Scheduler):
                 n = min(seq.num_tokens - seq.num_computed, budget)
                 if not blocks.grow(seq, seq.num_computed + n):
                     break
+                if seq.num_cached_tokens < 0:
+                    seq.num_cached_tokens = 0
             waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             running.append(seq)
@@ -276,90 +279,23 @@ class SpecScheduler(Scheduler):
         if self.keep_finished:
             self.finished.append(seq)
 
-    # -- decode fast path ------------------------------------------------------------------
-    # Most steps of a busy server decode every running sequence and change nothing else.
-    # decode_step() recognises such a step in O(1) and defers the per-sequence work (advancing
-    # num_computed, sampling) to _settle(), which runs before the next schedule() or whenever
-    # the running sequences are read: they are then exactly what schedule() + update() would
-    # have left after each of those steps.
+    # -- decode fast path (deferred.py) ------------------------------------------------------
 
-    def decode_step(self) -> tuple[int, int]:
-        """Take the next step as a deferred decode of every running sequence, if the spec
-        would plan exactly that (nobody admitted or preempted): return the number of
-        sequences and their context tokens before the step; else ``(0, 0)``, and the step
-        must go through ``schedule()`` and ``update()``. ``finish_decode_step()`` is then the
-        step's ``update()``: it retires the sequences that sampled their last token."""
-        if self._finishing:  # the caller skipped finish_decode_step(): do it for them
-            self.finish_decode_step()
-        run = self._run
-        if run is None:
-            if (
-                not self._all_decoding
-                or self.sample_many is None
-                or self.eos_token_id is not None
-                or self.caching
-            ):
-                return 0, 0
-            run = DecodeRun.start(self._running, self.block_size, self.max_num_batched_tokens)
-            if run is None:
-                return 0, 0
-            self._run = run
-        if not run.num_seqs:  # everybody finished: the next step admits or the server idles
-            return 0, 0
-        t = run.steps + 1
-        grow = run.blocks_to_grow(t, self.block_size)
-        if self.blocks.num_used + grow > self.num_blocks:  # a block is missing: preemption
-            return 0, 0
-        if self._waiting and self._admissible(self._waiting[0], run.num_seqs, grow):
-            return 0, 0
-        assert isinstance(self.blocks, BlockManager)
-        self.blocks.take(grow)
-        run.steps = t
-        self._finishing = run.finish_at.pop(t, [])
-        return run.num_seqs, run.context + run.num_seqs * (t - 1)
+    def _head(self) -> Sequence | None:
+        """The head of ``waiting``, if any."""
+        return self._waiting[0] if self._waiting else None
 
-    def finish_decode_step(self) -> list[Sequence]:
-        """The ``update()`` of a deferred decode step: settle and retire the sequences that
-        sampled their last token in it (in plan order); return them."""
-        if not self._finishing:
-            return []
-        done, self._finishing = self._finishing, []
-        run = self._run
-        assert run is not None
-        for seq in done:
-            run.drop(seq, self.block_size)
-            self._advance(seq, run.steps)
-            self._retire(seq)
-        return done
-
-    def decode_batch_ids(self) -> list[Hashable]:
-        """The ids of the sequences the deferred decode steps are stepping, in plan order."""
-        return [seq.seq_id for seq in self._running]
-
-    def _admissible(self, head: Sequence, num_running: int, grow: int) -> bool:
-        """Whether phase 2 would admit ``head`` after a full decode of ``num_running`` that
-        takes ``grow`` more blocks."""
+    def _admissible(self, head: Sequence, num_running: int, grow: int, hits: list[int]) -> bool:
+        """Whether phase 2 would admit ``head`` (starting from ``hits``) after a full decode
+        of ``num_running`` that takes ``grow`` more blocks."""
         budget = self.max_num_batched_tokens - num_running
         if budget <= 0 or num_running >= self.max_num_seqs:
             return False
+        blocks = self.blocks
+        if isinstance(blocks, KVCacheManager):
+            hit = len(hits) * blocks.block_size
+            n = min(head.num_tokens - hit, budget)
+            return blocks.num_needed(head, hit + n, hits) <= blocks.num_free - grow
         n = min(head.num_tokens - head.num_computed, budget)
-        need = self.blocks.num_needed(head, head.num_computed + n)
-        return self.blocks.num_used + grow + need <= self.num_blocks
-
-    def _advance(self, seq: Sequence, k: int) -> None:
-        """Apply ``k`` deferred decode steps to ``seq`` (its blocks were taken already)."""
-        assert self.sample_many is not None
-        seq.output.extend(self.sample_many(seq, k))
-        seq.num_computed += k
-        seq.num_tokens += k
-        assert isinstance(self.blocks, BlockManager)
-        self.blocks.settle(seq, seq.num_computed)
-
-    def _settle(self) -> None:
-        """Apply the deferred decode steps to every running sequence."""
-        self.finish_decode_step()
-        run, self._run = self._run, None
-        if run is None or not run.steps:
-            return
-        for seq in self._running:
-            self._advance(seq, run.steps)
+        need = blocks.num_needed(head, head.num_computed + n)
+        return blocks.num_used + grow + need <= blocks.num_blocks

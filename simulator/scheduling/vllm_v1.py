@@ -23,6 +23,7 @@ from collections.abc import Hashable
 
 from simulator.scheduling.block_manager import BlockManager
 from simulator.scheduling.decode_run import DecodeRun
+from simulator.scheduling.deferred import DeferredDecodes
 from simulator.scheduling.interface import ManySampler, Sampler, Scheduler, StepPlan
 from simulator.scheduling.kv_cache_manager import KVCacheManager
 from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
@@ -30,7 +31,7 @@ from simulator.scheduling.sequence import Sequence, SequenceStatus
 from simulator.scheduling.spec import positive
 
 
-class VllmV1Scheduler(Scheduler):
+class VllmV1Scheduler(DeferredDecodes, Scheduler):
     """vLLM v1's scheduling policy, exact to the recorded traces."""
 
     def __init__(
@@ -102,6 +103,15 @@ class VllmV1Scheduler(Scheduler):
     def num_blocks_used(self) -> int:
         """KV blocks held by running sequences."""
         return self.blocks.num_used
+
+    @property
+    def blocks_used(self) -> int:
+        """The spec's name for ``num_blocks_used``."""
+        return self.blocks.num_used
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """Blocks needed to hold ``num_tokens`` tokens of KV."""
+        return self.blocks.blocks_for(num_tokens)
 
     @property
     def num_cached_blocks(self) -> int:
@@ -300,7 +310,30 @@ class VllmV1Scheduler(Scheduler):
         if self.keep_finished:
             self.finished.append(seq)
 
-    # -- decode fast path (docs/scheduler.md, "Deferred decode steps") ------------------------
+    # -- decode fast path (deferred.py) ------------------------------------------------------
 
-    def _settle(self) -> None:
-        """Apply deferred decode steps (none yet)."""
+    def _head(self) -> Sequence | None:
+        """The sequence admission would try first, if any."""
+        return self.waiting.peek() if self.waiting else None
+
+    def _admissible(self, head: Sequence, num_running: int, grow: int, hits: list[int]) -> bool:
+        """Whether admission would take ``head`` (starting from ``hits``) after a full decode
+        of ``num_running`` (nobody preempted) that takes ``grow`` more blocks."""
+        budget = self.max_num_batched_tokens - num_running
+        if budget <= 0 or num_running >= self.max_num_seqs:
+            return False
+        hit = len(hits) * self.block_size
+        n = head.num_tokens - hit
+        cap = self.long_prefill_token_threshold  # on: somebody runs and somebody waits
+        if 0 < cap < n:
+            n = cap
+        n = min(n, budget)
+        blocks = self.blocks
+        free = blocks.num_free - grow
+        if isinstance(blocks, KVCacheManager):
+            if self.reserve_full_isl and blocks.num_needed(head, head.num_tokens, hits) > free:
+                return False
+            return blocks.num_needed(head, hit + n, hits) <= free
+        if self.reserve_full_isl and blocks.num_needed(head, head.num_tokens) > free:
+            return False
+        return blocks.num_needed(head, n) <= free
