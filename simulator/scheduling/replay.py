@@ -114,27 +114,28 @@ def replay(case: Case, policy: str) -> list[dict[str, Any]]:
         arrivals.setdefault(r.arrival_step, []).append(seq)
     last = case.requests[-1].arrival_step
     limit = last + 1 + 4 * sum(r.prompt_len + r.max_tokens for r in case.requests) * (1 + len(seqs))
+    names = [str(i) for i in range(len(seqs))]  # the recorded ids: list indices
     steps = []
     for k in range(limit):
         for seq in arrivals.get(k, ()):
             sched.add(seq)
         plan = sched.schedule()
-        cached = plan.cached_tokens
-        admitted = plan.admitted
-        record: dict[str, Any] = {
-            "scheduled": [
-                [str(s.seq_id), n] for s, n in zip(plan.seqs, plan.num_new_tokens, strict=True)
-            ],
-            "preempted": sorted(str(s.seq_id) for s in plan.preempted),
-            "cached": {str(s.seq_id): n for s, n in zip(admitted, cached, strict=True) if n},
-            "finished": [],
-            "free_blocks": 0,
-        }
+        ids = [names[s.seq_id] for s in plan.seqs]  # type: ignore[call-overload]
+        cached = {}
+        if plan.num_admitted:
+            hits = plan.cached_tokens
+            cached = {i: n for i, n in zip(ids[len(ids) - len(hits) :], hits, strict=True) if n}
+        preempted = sorted(s.seq_id for s in plan.preempted)  # type: ignore[type-var]
         done = sched.update()
-        record["preempted"].sort(key=int)
-        record["finished"] = sorted((str(s.seq_id) for s in done), key=int)
-        record["free_blocks"] = sched.num_blocks - sched.num_blocks_used
-        steps.append(record)
+        steps.append(
+            {
+                "scheduled": [[i, n] for i, n in zip(ids, plan.num_new_tokens, strict=True)],
+                "preempted": [names[i] for i in preempted],  # type: ignore[call-overload]
+                "cached": cached,
+                "finished": [names[i] for i in sorted(s.seq_id for s in done)],  # type: ignore[call-overload, type-var]
+                "free_blocks": sched.num_blocks - sched.num_blocks_used,
+            }
+        )
         if k >= last and not sched.has_work():
             return steps
     raise RuntimeError(f"{case.name}: no end after {limit} steps (scheduler made no progress)")
