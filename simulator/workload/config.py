@@ -122,8 +122,13 @@ class TraceConfig(_Model):
 
     path: str
     """Trace file; relative to the working directory, or absolute."""
-    format: Literal["azure", "mooncake", "csv"]
-    """File layout: Azure 2023 CSV, Mooncake JSONL or plain ``arrival_s,prompt_len,output_len``."""
+    format: Literal["azure", "mooncake", "csv", "llmservingsim"]
+    """File layout: Azure 2023 CSV, Mooncake JSONL, plain ``arrival_s,prompt_len,output_len``
+    CSV (optional ``priority`` and ``hash_ids`` columns), or token-id JSONL
+    (LLMServingSim's ``input_toks, output_toks, arrival_time_ns, input_tok_ids``)."""
+    hash_block_tokens: int = Field(default=512, ge=1)
+    """Prompt tokens each hash id stands for (Mooncake ``hash_ids``, a CSV ``hash_ids``
+    column); Mooncake's are 512."""
     time_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     """Multiplies arrival times after windowing: 0.5 replays the trace twice as fast."""
     max_requests: int | None = Field(default=None, ge=1)
@@ -137,6 +142,43 @@ class TraceConfig(_Model):
     def _window_not_empty(self) -> TraceConfig:
         if self.start_s is not None and self.end_s is not None and self.end_s <= self.start_s:
             raise ValueError(f"end_s ({self.end_s}) must be > start_s ({self.start_s})")
+        return self
+
+
+class SharedPrefixConfig(_Model):
+    """Prompts that share system prompts: ``num_prefixes`` system prompts of ``prefix_len``
+    tokens, each used by ``users_per_prefix`` users; every request belongs to a user drawn
+    uniformly and its prompt is the user's system prompt followed by a question of
+    ``prompt_len`` tokens (or, with ``multi_turn``, the user's previous prompt, its answer,
+    then the question)."""
+
+    num_prefixes: int = Field(ge=1)
+    """System prompts (N)."""
+    prefix_len: int = Field(ge=1)
+    """Tokens of each system prompt (L)."""
+    users_per_prefix: int = Field(default=1, ge=1)
+    """Users sharing each system prompt (M)."""
+    multi_turn: bool = False
+    """A user's next prompt repeats its previous prompt and that request's whole output, then
+    adds the new question (a conversation); prompts grow with every turn."""
+
+
+class PriorityDraw(_Model):
+    """Request priorities drawn at random (lower is served first by a priority policy)."""
+
+    values: list[int] = Field(min_length=1)
+    """The priorities to draw from."""
+    weights: list[float] | None = None
+    """Relative weight of each value (same length; default: equal)."""
+
+    @model_validator(mode="after")
+    def _weights_match(self) -> PriorityDraw:
+        if self.weights is not None and (
+            len(self.weights) != len(self.values)
+            or any(w < 0 for w in self.weights)
+            or not sum(self.weights) > 0
+        ):
+            raise ValueError("weights: one non-negative weight per value, not all 0")
         return self
 
 
@@ -161,10 +203,20 @@ class WorkloadConfig(_Model):
     """Closed loop: at most this many requests in flight; a request whose time has come waits
     for one to finish and is sent then (``benchmark_serving --max-concurrency``). With
     ``arrival.rate: inf``, a fixed population of this many clients. None: open loop."""
+    shared_prefix: SharedPrefixConfig | None = None
+    """Synthetic only: prompts share system prompts (``prompt_len`` is then the question
+    after it); None = every prompt its own."""
+    priority: PriorityDraw | None = None
+    """Synthetic only: draw each request's priority; None = all 0 (a CSV trace may carry a
+    ``priority`` column)."""
 
     @model_validator(mode="after")
     def _trace_xor_synthetic(self) -> WorkloadConfig:
-        given = [k for k in _SYNTHETIC_KEYS if getattr(self, k) is not None]
+        given = [
+            k
+            for k in (*_SYNTHETIC_KEYS, "shared_prefix", "priority")
+            if getattr(self, k) is not None
+        ]
         if self.trace is not None and given:
             hint = " (cap a trace with trace.max_requests)" if "num_requests" in given else ""
             raise ValueError(f"with 'trace', remove {', '.join(given)}{hint}")

@@ -41,11 +41,15 @@ class CsvTable(Where):
 
     @classmethod
     def load(
-        cls, path: str | Path, required: Sequence[str], hint: Callable[[list[str]], str]
+        cls,
+        path: str | Path,
+        required: Sequence[str],
+        hint: Callable[[list[str]], str],
+        optional: Sequence[str] = (),
     ) -> CsvTable:
         """Read ``path``; InputError if missing, malformed, or lacking a ``required`` column
-        or naming one twice (``hint(header)`` ends that message). The result has exactly the
-        ``required`` columns, in order."""
+        or naming one (or an ``optional`` one) twice (``hint(header)`` ends that message). The
+        result has the ``required`` columns, in order, then the ``optional`` ones present."""
         file = existing_file(path)
         name = str(path)
         data = file.read_bytes()
@@ -60,14 +64,15 @@ class CsvTable(Where):
             raise InputError(
                 f"{name}:1: missing column {missing[0]!r} (header has: {found}){hint(header)}"
             )
-        twice = [c for c in required if header.count(c) > 1]
+        twice = [c for c in (*required, *optional) if header.count(c) > 1]
         if twice:
             raise InputError(f"{name}:1: column {twice[0]!r} appears more than once in the header")
         lines = _record_lines(data, records)[1:]
         body = records.iloc[1:]
         keep = ~_blank_lines(data, body, lines)
-        frame = body.iloc[keep, [header.index(c) for c in required]]
-        frame.columns = list(required)
+        columns = [*required, *(c for c in optional if c in header)]
+        frame = body.iloc[keep, [header.index(c) for c in columns]]
+        frame.columns = columns
         if frame.empty:
             raise InputError(f"{name}: no requests in the file (header only)")
         return cls(name, frame.reset_index(drop=True), lines[keep])

@@ -55,7 +55,7 @@ class PromptRuns:
         return tuple(zip(self.segments[lo:hi].tolist(), self.lengths[lo:hi].tolist(), strict=True))
 
     def take(self, index: np.ndarray) -> PromptRuns:
-        """The runs of the requests ``index`` (increasing), renumbered ``0..len(index)-1``;
+        """The runs of the requests ``index`` (any order), renumbered ``0..len(index)-1``;
         a reference to the output of a request left out is an error."""
         index = np.asarray(index, dtype=np.int64)
         lo, hi = self.offsets[index], self.offsets[index + 1]

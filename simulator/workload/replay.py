@@ -15,7 +15,7 @@ def replay(cfg: TraceConfig) -> Workload:
     """The requests of the trace ``cfg`` names, in its time window, rebased to start at 0 and
     stretched by ``time_scale``."""
     need_file(cfg.path, "trace.path")
-    full = read_trace(cfg.path, cfg.format)
+    full = read_trace(cfg.path, cfg.format, cfg.hash_block_tokens)
     t = full.arrival_s
     keep = np.ones(len(t), dtype=bool)
     if cfg.start_s is not None:
@@ -35,4 +35,6 @@ def replay(cfg: TraceConfig) -> Workload:
         prompt_len=full.prompt_len[index],
         output_len=full.output_len[index],
         notes=full.notes,
+        priority=None if full.priority is None else full.priority[index],
+        prompt_runs=None if full.prompt_runs is None else full.prompt_runs.take(index),
     )

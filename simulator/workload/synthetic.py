@@ -18,6 +18,7 @@ from simulator.workload.config import (
     WorkloadConfig,
 )
 from simulator.workload.inputs import need_file
+from simulator.workload.shared_prefix import draw_priorities, shared_prefix_prompts
 from simulator.workload.traces import read_length_column
 from simulator.workload.workload import Workload
 
@@ -29,22 +30,31 @@ _LENGTH_CEILING = 2**40
 def draw(cfg: WorkloadConfig, seed: np.random.SeedSequence) -> Workload:
     """Draw the synthetic workload ``cfg`` describes; deterministic for a given ``seed``.
 
-    Arrivals, prompt lengths and output lengths each use their own stream, the children
-    ``seed.spawn(3)`` would give on a fresh ``seed`` (``seed`` itself is not mutated), so
-    changing one distribution leaves the other two quantities unchanged.
+    Arrivals, prompt lengths, output lengths, users (``shared_prefix``) and priorities each
+    use their own stream, the children ``seed.spawn(5)`` would give on a fresh ``seed``
+    (``seed`` itself is not mutated), so changing one distribution leaves the other
+    quantities unchanged.
     """
     # The validator guarantees these for a synthetic workload; re-checked for mypy.
     assert cfg.num_requests is not None and cfg.arrival is not None
     assert cfg.prompt_len is not None and cfg.output_len is not None
-    rng_arrival, rng_prompt, rng_output = (np.random.default_rng(s) for s in _streams(seed, 3))
+    rng_arrival, rng_prompt, rng_output, rng_user, rng_priority = (
+        np.random.default_rng(s) for s in _streams(seed, 5)
+    )
     n = cfg.num_requests
     prompt, prompt_notes = _lengths(cfg.prompt_len, n, rng_prompt, "prompt_len")
     output, output_notes = _lengths(cfg.output_len, n, rng_output, "output_len")
+    runs = None
+    if cfg.shared_prefix is not None:  # prompt_len drew the questions
+        prompt, runs = shared_prefix_prompts(cfg.shared_prefix, prompt, output, rng_user)
+    priority = None if cfg.priority is None else draw_priorities(cfg.priority, n, rng_priority)
     return Workload(
         arrival_s=arrival_times(cfg.arrival, n, rng_arrival),
         prompt_len=prompt,
         output_len=output,
         notes=prompt_notes + output_notes,
+        priority=priority,
+        prompt_runs=runs,
     )
 
 

@@ -1,4 +1,6 @@
-"""Readers for request traces (Azure 2023 CSV, Mooncake JSONL, plain CSV) and length columns.
+"""Readers for request traces (Azure 2023 CSV, Mooncake JSONL, plain CSV, token-id JSONL) and
+length columns. Token identity (for the prefix cache): Mooncake's ``hash_ids``, a CSV's
+optional ``hash_ids`` column (``hash_ids.py``), token ids (``token_traces.py``).
 
 Every reader returns a :class:`~simulator.workload.Workload` on the trace's own time axis,
 rebased so the earliest request arrives at 0 s; ``time_scale``, the time window and
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -28,6 +31,9 @@ import numpy as np
 
 from simulator.errors import InputError
 from simulator.workload.csv_table import CsvTable, Where, check_range, existing_file
+from simulator.workload.hash_ids import check_json_ids, parse_cell, runs_from_hash_ids
+from simulator.workload.prompt_runs import PromptRuns
+from simulator.workload.token_traces import read_token_trace
 from simulator.workload.workload import Workload
 
 __all__ = [
@@ -41,10 +47,11 @@ __all__ = [
     "read_trace",
 ]
 
-TraceFormat = Literal["azure", "mooncake", "csv"]
+TraceFormat = Literal["azure", "mooncake", "csv", "llmservingsim"]
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 CSV_COLUMNS = ("arrival_s", "prompt_len", "output_len")
+CSV_OPTIONAL = ("priority", "hash_ids")
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
 #: Largest token count a trace may hold (2**31 - 1); larger values are errors, not clamped.
 MAX_TOKENS = 2**31 - 1
@@ -53,12 +60,19 @@ MAX_TOKENS = 2**31 - 1
 MAX_ARRIVAL_S = 1e12
 
 
-def read_trace(path: str | Path, fmt: TraceFormat) -> Workload:
-    """Read a trace file of format ``fmt`` ("azure", "mooncake" or "csv")."""
-    readers = {"azure": read_azure, "mooncake": read_mooncake, "csv": read_csv_trace}
-    if fmt not in readers:
-        raise InputError(f"{path}: unknown trace format {fmt!r} (expected one of {list(readers)})")
-    return readers[fmt](path)
+def read_trace(path: str | Path, fmt: TraceFormat, hash_block_tokens: int = 512) -> Workload:
+    """Read a trace file of format ``fmt`` ("azure", "mooncake", "csv" or "llmservingsim");
+    each hash id covers ``hash_block_tokens`` prompt tokens."""
+    if fmt == "azure":
+        return read_azure(path)
+    if fmt == "mooncake":
+        return read_mooncake(path, hash_block_tokens)
+    if fmt == "csv":
+        return read_csv_trace(path, hash_block_tokens)
+    if fmt == "llmservingsim":
+        return read_token_ids(path)
+    formats = ["azure", "mooncake", "csv", "llmservingsim"]
+    raise InputError(f"{path}: unknown trace format {fmt!r} (expected one of {formats})")
 
 
 def read_azure(path: str | Path) -> Workload:
@@ -72,16 +86,43 @@ def read_azure(path: str | Path) -> Workload:
     )
 
 
-def read_csv_trace(path: str | Path) -> Workload:
-    """Plain CSV with header ``arrival_s, prompt_len, output_len`` (seconds, tokens, tokens)."""
-    table = CsvTable.load(path, CSV_COLUMNS, _hint)
+def read_csv_trace(path: str | Path, hash_block_tokens: int = 512) -> Workload:
+    """Plain CSV with header ``arrival_s, prompt_len, output_len`` (seconds, tokens, tokens)
+    and optional ``priority`` (integer, lower first) and ``hash_ids`` (ids separated by
+    spaces, each ``hash_block_tokens`` prompt tokens) columns."""
+    table = CsvTable.load(path, CSV_COLUMNS, _hint, CSV_OPTIONAL)
     arrival_s = _seconds(table, "arrival_s")
-    return _finish(arrival_s, _lengths(table, "prompt_len"), _lengths(table, "output_len"), table)
+    prompt = _lengths(table, "prompt_len")
+    output = _lengths(table, "output_len")
+    priority = _integers(table, "priority") if "priority" in table.frame else None
+    runs = None
+    if "hash_ids" in table.frame:
+
+        def fail(row: int, why: str) -> InputError:
+            return table.fail(row, f"column hash_ids: {why}")
+
+        cells = table.frame["hash_ids"].tolist()
+        ids = [parse_cell(c, partial(fail, row)) for row, c in enumerate(cells)]
+        runs = runs_from_hash_ids(ids, prompt, hash_block_tokens, fail)
+    return _finish(arrival_s, prompt, output, table, priority, runs)
 
 
-def read_mooncake(path: str | Path) -> Workload:
+def read_token_ids(path: str | Path) -> Workload:
+    """Token-id JSONL (``token_traces.py``): arrivals in ns, lengths, prompt token ids."""
+    existing_file(path)
+    arrival_s, prompt, output, runs, lines = read_token_trace(path)
+    where = Where(str(path), np.asarray(lines, dtype=np.int64))
+    check_range(
+        np.abs(arrival_s) > MAX_ARRIVAL_S,
+        lambda row: f"field 'arrival_time_ns' is out of range ({_ARRIVAL_RANGE})",
+        where,
+    )
+    return _finish(arrival_s, prompt, output, where, runs=runs)
+
+
+def read_mooncake(path: str | Path, hash_block_tokens: int = 512) -> Workload:
     """Mooncake JSONL: one object per line with ``timestamp`` (ms), ``input_length``,
-    ``output_length``; other fields (``hash_ids``...) are ignored."""
+    ``output_length`` and optional ``hash_ids`` (each ``hash_block_tokens`` prompt tokens)."""
     file = existing_file(path)
     # One decoder for all lines (faster than json.loads); its hook rejects repeated keys,
     # which json would otherwise resolve silently to the last value.
@@ -89,6 +130,7 @@ def read_mooncake(path: str | Path) -> Workload:
     # The values as parsed (int or float), kept for error messages: repr(10**20) is exact.
     values: list[list[int | float]] = [[], [], []]
     line_numbers: list[int] = []
+    hash_ids: list[list[int]] = []
     try:
         # utf-8-sig: a byte-order mark at the start is dropped; universal newlines take CRLF.
         with file.open(encoding="utf-8-sig") as handle:
@@ -99,6 +141,11 @@ def read_mooncake(path: str | Path) -> Workload:
                 for column, key in zip(values, MOONCAKE_FIELDS, strict=True):
                     column.append(_json_number(record, key, path, line_no))
                 line_numbers.append(line_no)
+                hash_ids.append(
+                    check_json_ids(
+                        record.get("hash_ids", []), partial(_hash_ids_error, path, line_no)
+                    )
+                )
     except UnicodeDecodeError as err:
         raise InputError(f"{path}: not a UTF-8 text file ({err.reason})") from None
     if not line_numbers:
@@ -124,7 +171,19 @@ def read_mooncake(path: str | Path) -> Workload:
         where,
         lambda row: repr(outputs[row]),
     )
-    return _finish(arrival_s, prompt, output, where)
+    runs = None
+    if any(hash_ids):
+        runs = runs_from_hash_ids(
+            hash_ids,
+            prompt,
+            hash_block_tokens,
+            lambda row, why: where.fail(row, f"field 'hash_ids': {why}"),
+        )
+    return _finish(arrival_s, prompt, output, where, runs=runs)
+
+
+def _hash_ids_error(path: str | Path, line_no: int, why: str) -> InputError:
+    return InputError(f"{path}:{line_no}: field 'hash_ids': {why}")
 
 
 def read_length_column(path: str | Path, column: str) -> tuple[np.ndarray, int]:
@@ -148,6 +207,17 @@ def _seconds(table: CsvTable, column: str) -> np.ndarray:
         table,
     )
     return values
+
+
+def _integers(table: CsvTable, column: str) -> np.ndarray:
+    """A column of integers (sign allowed) within +-2**31, as int64."""
+    values = table.numbers(column)
+    check_range(
+        (values != np.rint(values)) | (np.abs(values) > 2**31),
+        lambda row: f"column {column}: {table.text(column, row)} is not an integer in +-2**31",
+        table,
+    )
+    return values.astype(np.int64)
 
 
 def _lengths(table: CsvTable, column: str) -> np.ndarray:
@@ -243,13 +313,20 @@ def _json_number(
 
 
 def _finish(
-    arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, where: Where
+    arrival_s: np.ndarray,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    where: Where,
+    priority: np.ndarray | None = None,
+    runs: PromptRuns | None = None,
 ) -> Workload:
     notes: list[str] = []
     backwards = int(np.count_nonzero(np.diff(arrival_s) < 0))
     if backwards:
         order = np.argsort(arrival_s, kind="stable")
         arrival_s, prompt, output = arrival_s[order], prompt[order], output[order]
+        priority = priority[order] if priority is not None else None
+        runs = runs.take(order) if runs is not None else None
         notes.append(
             f"{where.path}: {backwards} rows arrive before the row above them; "
             "rows sorted by arrival time (stable)"
@@ -263,4 +340,6 @@ def _finish(
         prompt_len=np.maximum(prompt, 1),
         output_len=np.maximum(output, 1),
         notes=tuple(notes),
+        priority=priority,
+        prompt_runs=runs,
     )
