@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -39,11 +40,13 @@ def parse_cell(cell: object, fail: Callable[[str], InputError]) -> list[int]:
 
 def check_json_ids(value: object, fail: Callable[[str], InputError]) -> list[int]:
     """A JSON ``hash_ids`` value: a list of integers in 0..2**62."""
-    if not isinstance(value, list):
-        raise fail(f"{value!r:.40} is not a list of hash ids")
-    for v in value:
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_HASH_ID:
-            raise fail(f"{v!r:.40} is not a hash id (an integer in 0..2**62)")
+    # type() is: bool is an int subclass, and true/false are not ids
+    if type(value) is not list or not all(type(v) is int for v in value):
+        bad = value if type(value) is not list else next(v for v in value if type(v) is not int)
+        raise fail(f"{bad!r:.40} is not a hash id (an integer in 0..2**62)")
+    if value and not 0 <= min(value) <= max(value) <= MAX_HASH_ID:
+        bad = next(v for v in value if not 0 <= v <= MAX_HASH_ID)
+        raise fail(f"{bad!r:.40} is not a hash id (an integer in 0..2**62)")
     return value
 
 
@@ -56,23 +59,38 @@ def runs_from_hash_ids(
     """Per request, its ids' runs of ``block_tokens`` tokens (the last cut at the prompt's
     end) and a run of its own for tokens past the last id. More ids than the prompt needs
     is an error on that row (``fail(row, reason)``)."""
-    fresh = 1 + max((max(row) for row in ids if row), default=-1)
-    runs: list[list[tuple[int, int]]] = []
-    for row, (row_ids, n) in enumerate(zip(ids, prompt_len.tolist(), strict=True)):
-        if len(row_ids) * block_tokens - n >= block_tokens:
-            need = -(-n // block_tokens)
-            raise fail(
-                row,
-                f"{len(row_ids)} hash ids for a {n}-token prompt (at most {need} of "
-                f"{block_tokens} tokens each)",
-            )
-        out = []
-        left = max(n, 1)  # a 0-token prompt is raised to 1 token, its own
-        for h in row_ids:
-            out.append((h, min(block_tokens, left)))
-            left -= out[-1][1]
-        if left > 0:
-            out.append((fresh, left))
-            fresh += 1
-        runs.append(out)
-    return PromptRuns.from_lists(runs)
+    counts = np.fromiter((len(r) for r in ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(counts.sum()))
+    n = np.maximum(np.asarray(prompt_len, dtype=np.int64), 1)  # a 0-token prompt is raised
+    need = -(-n // block_tokens)
+    too_many = np.flatnonzero(counts > need)
+    if too_many.size:
+        row = int(too_many[0])
+        raise fail(
+            row,
+            f"{counts[row]} hash ids for a {prompt_len[row]}-token prompt (at most "
+            f"{need[row]} of {block_tokens} tokens each)",
+        )
+    tail = n - counts * block_tokens  # > 0: tokens past the ids; <= 0: the last id is cut
+    own = tail > 0
+    per_row = counts + own
+    offsets = np.concatenate(([0], np.cumsum(per_row)))
+    segments = np.empty(int(offsets[-1]), dtype=np.int64)
+    lengths = np.full(len(segments), block_tokens, dtype=np.int64)
+    # ids go first in each row's runs
+    id_pos = np.repeat(offsets[:-1], counts) + _ranks(counts)
+    segments[id_pos] = flat
+    cut = np.flatnonzero(~own & (counts > 0))
+    lengths[offsets[cut] + counts[cut] - 1] += tail[cut]
+    # then a run of the request's own, with a fresh segment id
+    rows = np.flatnonzero(own)
+    fresh = 1 + (int(flat.max()) if flat.size else -1)
+    segments[offsets[rows] + counts[rows]] = fresh + np.arange(len(rows))
+    lengths[offsets[rows] + counts[rows]] = tail[rows]
+    return PromptRuns(offsets, segments, lengths)
+
+
+def _ranks(counts: np.ndarray) -> np.ndarray:
+    """``0..counts[i]-1`` for each ``i``, concatenated."""
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    return np.arange(int(counts.sum()), dtype=np.int64) - starts
