@@ -194,6 +194,22 @@ def test_slo_goodput_counts_requests_meeting_every_target() -> None:
     assert result.summary["goodput"] == pytest.approx(ok.sum() / result.summary["duration_s"])
 
 
+# conversations sharing 4 system prompts, with priorities: prefix-cache hits and evictions
+SHARED_CHATS = dict(
+    scenario()["workload"],
+    prompt_len={"dist": "lognormal", "mu": 3.5, "sigma": 0.8, "max": 300},
+    shared_prefix={
+        "num_prefixes": 4,
+        "prefix_len": 200,
+        "users_per_prefix": 30,
+        "multi_turn": True,
+    },
+    priority={"values": [0, 1, 2]},
+)
+
+VLLM = dict(scenario()["scheduler"], policy="vllm-v1")
+
+
 @pytest.mark.parametrize(
     "over",
     [
@@ -215,8 +231,26 @@ def test_slo_goodput_counts_requests_meeting_every_target() -> None:
                 "output_len": {"dist": "uniform", "low": 1, "high": 64},
             },
         },
+        {"scheduler": VLLM},
+        {"scheduler": dict(VLLM, enable_prefix_caching=False)},
+        {"scheduler": dict(VLLM, priority_policy="priority"), "workload": SHARED_CHATS},
+        {
+            "scheduler": dict(scenario()["scheduler"], enable_prefix_caching=True),
+            "workload": SHARED_CHATS,
+        },
     ],
-    ids=["linear-tight-kv", "context-cost", "float-landing", "roofline", "fitted", "ties"],
+    ids=[
+        "linear-tight-kv",
+        "context-cost",
+        "float-landing",
+        "roofline",
+        "fitted",
+        "ties",
+        "vllm-v1",
+        "vllm-v1-no-cache",
+        "vllm-v1-priority-chats",
+        "spec-cache-chats",
+    ],
 )
 def test_deferred_decode_windows_change_nothing(over: dict[str, Any]) -> None:
     cfg = scenario(**over)
@@ -313,3 +347,24 @@ def test_the_inlined_samplers_give_token_for() -> None:
         assert _sample(seq) == token_for(rid, 5)
         assert _sample_many(seq, 9) == [token_for(rid, p) for p in range(5, 14)]
         assert _sample_many(seq, 0) == []
+
+
+def test_prefix_cache_serves_shared_prompts_and_cuts_ttft() -> None:
+    sched = dict(VLLM, num_blocks=400)
+    shared = dict(SHARED_CHATS, shared_prefix=dict(SHARED_CHATS["shared_prefix"], multi_turn=False))
+    on = simulator.run(scenario(scheduler=sched, workload=shared))
+    no_cache = dict(sched, enable_prefix_caching=False)
+    off = simulator.run(scenario(scheduler=no_cache, workload=shared))
+    req = on.requests
+    # a hit is whole blocks, leaves the last prompt token, and is 0 without the cache
+    assert ((req["num_cached_tokens"] % 16) == 0).all()
+    assert (req["num_cached_tokens"] <= req["prompt_len"] - 1).all()
+    assert (off.requests["num_cached_tokens"] == 0).all()
+    assert off.summary["prefix_cache_hit_rate"] == 0
+    rate = req["num_cached_tokens"].sum() / req["prompt_len"].sum()
+    assert on.summary["prefix_cache_hit_rate"] == pytest.approx(rate)
+    assert rate > 0.5  # 200 of ~240 prompt tokens are one of 4 system prompts
+    assert on.summary["ttft_mean_s"] < off.summary["ttft_mean_s"]
+    assert (on.steps["num_cached_blocks"] > 0).any() and (off.steps["num_cached_blocks"] == 0).all()
+    # same outputs, whatever the cache did
+    np.testing.assert_array_equal(on.checksums, off.checksums)
