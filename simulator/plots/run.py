@@ -13,6 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 
+from simulator.plots.prefix_cache import has_prefix_cache, plot_prefix_cache
 from simulator.plots.step_bins import bin_steps, bin_steps_file
 from simulator.plots.style import (
     LEGEND,
@@ -310,8 +311,9 @@ def step_timeline_figure(binned: pd.DataFrame) -> Figure:
 def save_run_plots(
     requests: pd.DataFrame, steps: pd.DataFrame | Path, out_dir: Path, fmt: str = "png"
 ) -> list[Path]:
-    """Write the four per-run figures into ``out_dir`` and return their paths; ``steps`` is
-    the step table or its parquet file (read a batch at a time)."""
+    """Write the four per-run figures (and the prefix cache's, when the run kept one) into
+    ``out_dir`` and return their paths; ``steps`` is the step table or its parquet file (read
+    a batch at a time)."""
     check_fmt(fmt)
     binned = bin_steps_file(steps) if isinstance(steps, Path) else bin_steps(steps)
     makers: tuple[Callable[[], Figure], ...] = (
@@ -320,7 +322,11 @@ def save_run_plots(
         lambda: kv_timeline_figure(binned),
         lambda: step_timeline_figure(binned),
     )
-    return [
+    paths = [
         save_figure(make(), Path(out_dir) / f"{name}.{fmt}", fmt)
         for name, make in zip(RUN_PLOTS, makers, strict=True)
     ]
+    if has_prefix_cache(requests, binned):
+        fig = plot_prefix_cache(requests, binned)
+        paths.append(save_figure(fig, Path(out_dir) / f"prefix_cache.{fmt}", fmt))
+    return paths
