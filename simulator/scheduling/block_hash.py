@@ -41,6 +41,32 @@ def extend_hashes(seq: Sequence, num_blocks: int, block_size: int) -> list[int]:
     j = len(hashes)
     if j >= num_blocks:
         return hashes
+    prompt_len = seq.prompt_len
+    if (j + 1) * block_size <= prompt_len and seq.prompt_runs is not None:
+        return _extend(seq, num_blocks, block_size)
+    # the common cases in a few operations: blocks of a prompt of its own, blocks of output
+    parent = hashes[-1] if hashes else _ROOT
+    start = j * block_size
+    own = (0, seq.seq_id) if seq.prompt_runs is None else None
+    out = output_segment(seq.seq_id)
+    while j < num_blocks:
+        end = start + block_size
+        if start >= prompt_len:
+            parent = hash((parent, out, start - prompt_len, end - prompt_len))
+        elif own is not None and end <= prompt_len:
+            parent = hash((parent, own, start, end))
+        else:
+            return _extend(seq, num_blocks, block_size)
+        hashes.append(parent)
+        start = end
+        j += 1
+    return hashes
+
+
+def _extend(seq: Sequence, num_blocks: int, block_size: int) -> list[int]:
+    """``extend_hashes`` for blocks that may span runs: one walk over the runs."""
+    hashes = seq.block_hashes
+    j = len(hashes)
     runs = seq.prompt_runs
     if runs is None:
         runs = ((_own_prompt_segment(seq.seq_id), seq.prompt_len),)

@@ -70,14 +70,25 @@ class BlockPool:
     def take(self, n: int) -> list[int]:
         """``n`` new blocks with one reference each (the caller checked ``num_free``):
         blank ones first, then the least recently freed cached ones, whose content is evicted."""
-        blank, ref_cnt = self.free_blank, self.ref_cnt
+        blank, ref_cnt, block_hash, cached = (
+            self.free_blank,
+            self.ref_cnt,
+            self.block_hash,
+            self.cached,
+        )
+        popitem = self.free_cached.popitem
         out = []
         for _ in range(n):
             if blank:
                 b = blank.pop()
             else:
-                b = self.free_cached.popitem(last=False)[0]
-                self._evict(b)
+                b = popitem(last=False)[0]
+                h = block_hash[b]
+                if self.dupes or cached[h] != b:  # type: ignore[index]
+                    self._evict(b)
+                else:  # the usual eviction: the only block with its content
+                    block_hash[b] = None
+                    del cached[h]  # type: ignore[arg-type]
             ref_cnt[b] = 1
             out.append(b)
         return out

@@ -118,11 +118,13 @@ class DeferredDecodes:
                 run.hits = blocks.lookup(head)
             if self._admissible(head, run.num_seqs, grow, run.hits):
                 return False
-        for seq in growing:
-            seq.block_ids += pool.take(1)
-            seq.num_blocks += 1
+        if grow:
+            for seq, b in zip(growing, pool.take(grow), strict=True):
+                seq.block_ids.append(b)
+                seq.num_blocks += 1
+        cache = pool.cache
         for (seq, j), h in zip(fills, fill_hashes, strict=True):
-            pool.cache(seq.block_ids[j], h)
+            cache(seq.block_ids[j], h)
             seq.num_cached_blocks = j + 1
         return True
 

@@ -58,6 +58,9 @@ class KVCacheManager:
         if n <= 0:
             return []
         cached = self.pool.cached
+        # the first block decides most lookups (a new prompt of its own misses at once)
+        if extend_hashes(seq, 1, self.block_size)[0] not in cached:
+            return []
         hits = []
         for h in extend_hashes(seq, n, self.block_size)[:n]:
             b = cached.get(h)

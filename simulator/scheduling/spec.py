@@ -209,7 +209,9 @@ class SpecScheduler(DeferredDecodes, Scheduler):
             if c + n > seq.num_blocks * limit:
                 if not self._make_room(seq, n, preempted):
                     continue  # it preempted itself: running got shorter, so the index stays
-            elif caching:  # no new block, but the step may fill one: cache it
+            elif (
+                caching and (c + n) // limit > seq.num_cached_blocks
+            ):  # no new block, but the step may fill one: cache it
                 self.blocks.cache_full(seq, c + n)  # type: ignore[union-attr]
             seqs.append(seq)
             new_tokens.append(n)

@@ -201,7 +201,7 @@ class VllmV1Scheduler(DeferredDecodes, Scheduler):
                 i -= dropped
                 if not fits:
                     continue  # it preempted itself: running got shorter, the index stays
-            elif caching:
+            elif caching and (c + n) // limit > seq.num_cached_blocks:
                 self.blocks.cache_full(seq, c + n)  # type: ignore[union-attr]
             plan.seqs.append(seq)
             plan.num_new_tokens.append(n)
