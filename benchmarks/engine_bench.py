@@ -10,6 +10,10 @@ Workloads:
 
 Run by hand: ``.venv/bin/python benchmarks/engine_bench.py [issue|vidur]``; each case runs in a
 fresh process so peak memory (ru_maxrss) is its own. Record results in benchmarks/README.md.
+
+``engine_bench.py policies [--repeat N]``: the issue's workload as a whole ``servesim run``
+under each scheduling policy (spec; vllm-v1 without and with prefix caching; spec with prefix
+caching), interleaved in fresh processes, best of N, as ratios to the spec policy.
 """
 
 from __future__ import annotations
@@ -54,6 +58,17 @@ VIDUR: dict[str, Any] = {
     },
 }
 CASES = {"issue": ISSUE, "vidur": VIDUR}
+POLICIES: dict[str, dict[str, Any]] = {
+    "spec": {"policy": "spec"},
+    "vllm-v1": {"policy": "vllm-v1", "enable_prefix_caching": False},
+    "vllm-v1+cache": {"policy": "vllm-v1", "enable_prefix_caching": True},
+    "spec+cache": {"policy": "spec", "enable_prefix_caching": True},
+}
+
+
+def with_policy(scenario: dict[str, Any], policy: str) -> dict[str, Any]:
+    """``scenario`` with the scheduler keys of ``POLICIES[policy]``."""
+    return {**scenario, "scheduler": {**scenario["scheduler"], **POLICIES[policy]}}
 
 
 def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
@@ -137,6 +152,12 @@ def time_cli(scenario: dict[str, Any]) -> float:
 def one(case: str, what: str) -> None:
     """Child process: run one measurement and print it as JSON."""
     scenario = CASES[case]
+    if what in POLICIES:
+        start = time.process_time()
+        wall, steps, _ = full_run(with_policy(scenario, what), Path("/tmp") / f"sb-{case}")
+        cpu = time.process_time() - start
+        print(json.dumps({"wall_s": wall, "cpu_s": cpu, "steps": steps}))
+        return
     if what == "bare":
         wall, steps = bare_loop(scenario)
         extra: dict[str, Any] = {}
@@ -150,12 +171,17 @@ def one(case: str, what: str) -> None:
 def main() -> None:
     """Run each case as bare loop and full run, in fresh processes, and print a table."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("cases", nargs="*", default=[], help="issue, vidur (default: both)")
+    parser.add_argument(
+        "cases", nargs="*", default=[], help="issue, vidur (default: both), or policies"
+    )
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         one(*args.child)
+        return
+    if args.cases == ["policies"]:
+        compare_policies(args.repeat)
         return
     for case in args.cases or list(CASES):
         res: dict[str, list[dict[str, Any]]] = {"bare": [], "full": []}
@@ -179,6 +205,29 @@ def main() -> None:
             f"mean batch {full['mean_batch']:.1f} seqs | peak RSS {full['maxrss_mib']:.0f} MiB "
             f"(bare loop {min(r['maxrss_mib'] for r in res['bare']):.0f} MiB) | "
             f"whole CLI process {cli:.2f} s"
+        )
+
+
+def compare_policies(repeat: int) -> None:
+    """The issue's workload under each policy, interleaved, best of ``repeat``."""
+    runs: dict[str, list[dict[str, Any]]] = {p: [] for p in POLICIES}
+    for _ in range(repeat):
+        for policy in POLICIES:
+            proc = subprocess.run(
+                [sys.executable, __file__, "--child", "issue", policy],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            runs[policy].append(json.loads(proc.stdout))
+    base = min(r["wall_s"] for r in runs["spec"])
+    base_cpu = min(r["cpu_s"] for r in runs["spec"])
+    for policy, results in runs.items():
+        wall = min(r["wall_s"] for r in results)
+        cpu = min(r["cpu_s"] for r in results)
+        print(
+            f"{policy:<14} {results[0]['steps']:>7,} steps | whole run {wall:6.2f} s "
+            f"({wall / base:.2f}x spec) | CPU {cpu:6.2f} s ({cpu / base_cpu:.2f}x spec)"
         )
 
 

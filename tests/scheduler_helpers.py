@@ -90,12 +90,14 @@ def check_block_invariants(blocks: KVCacheManager, running: list[Sequence]) -> N
     assert min(pool.ref_cnt) >= 0
     holders = Counter(b for s in running for b in s.block_ids)
     assert all(pool.ref_cnt[b] == holders.get(b, 0) for b in range(pool.num_blocks))
-    free = set(pool.free_blank) | set(pool.free_cached)
-    assert len(free) == len(pool.free_blank) + len(pool.free_cached) == pool.num_free
+    free_cached = list(pool.free_cached())
+    free = set(pool.free_blank) | set(free_cached)
+    assert len(free) == len(pool.free_blank) + len(free_cached) == pool.num_free
     assert free == {b for b in range(pool.num_blocks) if pool.ref_cnt[b] == 0}
     assert pool.num_free + sum(1 for r in pool.ref_cnt if r > 0) == pool.num_blocks
     assert all(pool.block_hash[b] is None for b in pool.free_blank)
-    assert all(pool.block_hash[b] is not None for b in pool.free_cached)
+    assert all(pool.block_hash[b] is not None for b in free_cached)
+    assert sum(pool.stale) == pool.num_stale >= 0
     listed = list(pool.cached.values()) + [b for bs in pool.dupes.values() for b in bs]
     assert len(listed) == len(set(listed))  # no block cached twice
     assert set(listed) == {b for b in range(pool.num_blocks) if pool.block_hash[b] is not None}

@@ -115,3 +115,51 @@ def test_hit_stops_before_the_last_token_and_a_preempted_sequence_rehits_its_out
     assert len(hits) == 3  # its prompt blocks and the block of its own outputs
     assert kv.num_needed(a, 13, hits) == 4  # 3 free hit blocks + 1 new
     assert kv.lookup(b) == hits[:1]  # b shares the prompt, never a's outputs
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("tcfh"), st.integers(0, 5)), max_size=400))
+def test_block_pool_matches_a_plain_ordered_model(ops: list[tuple[str, int]]) -> None:
+    """Take, cache, free and hit in any order: free counts, eviction order and the hash map
+    are those of a plain list model (the pool skips and compacts stale queue entries)."""
+    pool = BlockPool(8)
+    held: list[int] = []  # one reference each, in taking order
+    blank = set(range(8))
+    lru: list[int] = []  # free cached blocks, first evicted first
+    content: dict[int, int] = {}  # block -> hash (cached content)
+    for op, k in ops:
+        if op == "t" and k <= len(blank) + len(lru):
+            got = pool.take(k)
+            for b in got:
+                if b in blank:
+                    blank.remove(b)
+                else:
+                    assert not blank and b == lru.pop(0)  # blank first, then LRU
+                    content.pop(b)
+            held += got
+        elif op == "c" and held:
+            b = held[k % len(held)]
+            if b not in content:
+                pool.cache(b, k)
+                content[b] = k
+        elif op == "f" and held:
+            b = held.pop(k % len(held))
+            pool.free([b])
+            if b in content and b not in held:
+                lru.append(b)
+            elif b not in held:
+                blank.add(b)
+        elif op == "h" and lru:
+            b = lru.pop(k % len(lru))
+            pool.touch([b])
+            held.append(b)
+        assert list(pool.free_cached()) == lru
+        assert set(pool.free_blank) == blank and pool.num_free == len(blank) + len(lru)
+    for _ in range(300):  # many hits on one block leave stale entries: compaction
+        if not lru:
+            break
+        b = lru.pop()
+        pool.touch([b])
+        pool.free([b])
+        lru.append(b)
+    assert list(pool.free_cached()) == lru and len(pool.lru) <= 2 * len(lru) + 65

@@ -80,6 +80,13 @@ def _extend(seq: Sequence, num_blocks: int, block_size: int) -> list[int]:
         r += 1
     while j < num_blocks:
         end = start + block_size
+        segment, length = segments[r]
+        if offset + length > end:  # the usual block: inside one run
+            parent = hash((parent, segment, start - offset, end - offset))
+            hashes.append(parent)
+            start = end
+            j += 1
+            continue
         pieces: list[Hashable] = [parent]
         lo = start
         while True:

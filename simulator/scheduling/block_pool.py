@@ -11,7 +11,8 @@ blocks only.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
+from collections.abc import Iterator
 
 
 class BlockPool:
@@ -22,7 +23,9 @@ class BlockPool:
         "ref_cnt",
         "block_hash",
         "free_blank",
-        "free_cached",
+        "lru",
+        "stale",
+        "num_stale",
         "cached",
         "dupes",
     )
@@ -37,7 +40,14 @@ class BlockPool:
         # Free blocks without content: handed out first, in any order (they are all alike).
         self.free_blank = list(range(num_blocks - 1, -1, -1))
         # Free blocks with cached content, least recently freed first: the eviction order.
-        self.free_cached: OrderedDict[int, None] = OrderedDict()
+        # A hit takes a block out of the middle; rather than search the deque (vLLM uses a
+        # linked list), the entry is left behind as stale and skipped when reached: a deque
+        # pops and appends several times faster than an OrderedDict, and blocks move
+        # through it millions of times in a long run. ``stale[b]`` counts b's stale entries,
+        # which always precede its live one; the deque is compacted when half is stale.
+        self.lru: deque[int] = deque()
+        self.stale = [0] * num_blocks
+        self.num_stale = 0
         # hash -> the earliest cached block with that content (the one a lookup returns) ...
         self.cached: dict[int, int] = {}
         # ... and the later ones, in caching order. vLLM does not merge equal blocks (a block
@@ -47,12 +57,23 @@ class BlockPool:
     @property
     def num_free(self) -> int:
         """Blocks no sequence holds (cached or not)."""
-        return len(self.free_blank) + len(self.free_cached)
+        return len(self.free_blank) + len(self.lru) - self.num_stale
 
     @property
     def num_free_cached(self) -> int:
         """Free blocks whose content the cache keeps."""
-        return len(self.free_cached)
+        return len(self.lru) - self.num_stale
+
+    def free_cached(self) -> Iterator[int]:
+        """The free cached blocks, in eviction order (first evicted first)."""
+        skip: dict[int, int] = {}
+        stale = self.stale
+        for b in self.lru:
+            seen = skip.get(b, 0)
+            if seen < stale[b]:
+                skip[b] = seen + 1
+                continue
+            yield b
 
     def lookup(self, block_hash: int) -> int | None:
         """The block that serves a hit on ``block_hash``, or None."""
@@ -61,11 +82,14 @@ class BlockPool:
     def touch(self, blocks: list[int]) -> None:
         """Take one more reference on each of ``blocks`` (prefix-cache hits); a free one leaves
         the free queue."""
-        ref_cnt, free_cached = self.ref_cnt, self.free_cached
+        ref_cnt, stale = self.ref_cnt, self.stale
         for b in blocks:
             if ref_cnt[b] == 0:
-                del free_cached[b]
+                stale[b] += 1
+                self.num_stale += 1
             ref_cnt[b] += 1
+        if self.num_stale > 64 and 2 * self.num_stale > len(self.lru):
+            self._compact()
 
     def take(self, n: int) -> list[int]:
         """``n`` new blocks with one reference each (the caller checked ``num_free``):
@@ -76,13 +100,17 @@ class BlockPool:
             self.block_hash,
             self.cached,
         )
-        popitem = self.free_cached.popitem
+        popleft, stale = self.lru.popleft, self.stale
         out = []
         for _ in range(n):
             if blank:
                 b = blank.pop()
             else:
-                b = popitem(last=False)[0]
+                b = popleft()
+                while stale[b]:  # an entry left behind by a hit
+                    stale[b] -= 1
+                    self.num_stale -= 1
+                    b = popleft()
                 h = block_hash[b]
                 if self.dupes or cached[h] != b:  # type: ignore[index]
                     self._evict(b)
@@ -100,16 +128,26 @@ class BlockPool:
         if first != block:
             self.dupes.setdefault(block_hash, []).append(block)
 
+    def cache_blocks(self, blocks: list[int], hashes: list[int], lo: int, hi: int) -> None:
+        """``cache(blocks[j], hashes[j])`` for ``j`` in ``lo..hi-1``."""
+        block_hash, setdefault = self.block_hash, self.cached.setdefault
+        for j in range(lo, hi):
+            b, h = blocks[j], hashes[j]
+            block_hash[b] = h
+            if setdefault(h, b) != b:
+                self.dupes.setdefault(h, []).append(b)
+
     def free(self, blocks: list[int]) -> None:
         """Drop one reference on each of ``blocks``; cached ones are evicted in the order given."""
         ref_cnt, block_hash = self.ref_cnt, self.block_hash
+        blank, append = self.free_blank.append, self.lru.append
         for b in blocks:
             ref_cnt[b] -= 1
             if ref_cnt[b] == 0:
                 if block_hash[b] is None:
-                    self.free_blank.append(b)
+                    blank(b)
                 else:
-                    self.free_cached[b] = None
+                    append(b)
 
     def _evict(self, b: int) -> None:
         h = self.block_hash[b]
@@ -126,3 +164,9 @@ class BlockPool:
             later.remove(b)
         if later is not None and not later:
             del self.dupes[h]
+
+    def _compact(self) -> None:
+        """Drop the stale entries of the free queue (the live order is kept)."""
+        self.lru = deque(self.free_cached())
+        self.stale = [0] * self.num_blocks
+        self.num_stale = 0

@@ -109,7 +109,7 @@ class DeferredDecodes:
                 hit_max = (head.num_tokens - 1) // bs
                 run.chain = frozenset(extend_hashes(head, hit_max, bs)[:hit_max])
             chain = run.chain
-            evicted = islice(pool.free_cached, max(0, grow - len(pool.free_blank)))
+            evicted = islice(pool.free_cached(), max(0, grow - len(pool.free_blank)))
             if any(pool.block_hash[b] in chain for b in evicted):
                 return False
             if any(h in chain for h in fill_hashes):

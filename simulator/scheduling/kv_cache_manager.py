@@ -116,10 +116,7 @@ class KVCacheManager:
         done = seq.num_cached_blocks
         if full <= done:
             return
-        hashes = extend_hashes(seq, full, self.block_size)
-        cache, blocks = self.pool.cache, seq.block_ids
-        for j in range(done, full):
-            cache(blocks[j], hashes[j])
+        self.pool.cache_blocks(seq.block_ids, extend_hashes(seq, full, self.block_size), done, full)
         seq.num_cached_blocks = full
 
     def free(self, seq: Sequence) -> None:
