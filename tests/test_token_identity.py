@@ -234,3 +234,9 @@ def test_inconsistent_prompt_runs_are_refused() -> None:
             [3, 1],
             prompt_runs=PromptRuns.from_lists([[(1, 1)], [(output_segment(0), 6)]]),
         )
+
+
+def test_the_workload_names_outputs_as_the_scheduler_does() -> None:
+    from simulator.scheduling import block_hash
+
+    assert all(output_segment(j) == block_hash.output_segment(j) for j in range(1000))

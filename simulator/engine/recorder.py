@@ -44,7 +44,7 @@ class Recorder:
         self.finish = [nan] * num_requests
         """Per request: end of the step that sampled its last token."""
         self.num_preemptions = [0] * num_requests
-        self.num_cached_tokens = [0] * num_requests
+        self.cached_tokens = [0] * num_requests
         """Per request: prompt tokens served from the prefix cache when first scheduled."""
         self.checksum = [0] * num_requests
         self.rejected: list[tuple[int, str]] = []

@@ -113,7 +113,7 @@ class Server:
             i: int = seq.seq_id  # type: ignore[assignment]
             if first_sched[i] != first_sched[i]:  # NaN: scheduled for the first time
                 first_sched[i] = now
-                rec.num_cached_tokens[i] = cached
+                rec.cached_tokens[i] = cached
         new_tokens = plan.num_new_tokens
         # vllm-v1 under priority can preempt every sequence it planned: nothing runs, no time
         duration = self.cost_model.step_time(Batch(new_tokens, plan.context_lens)) if plan else 0.0

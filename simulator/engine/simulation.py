@@ -135,7 +135,7 @@ class Simulation:
             first_token=np.array(rec.first_token),
             finish=np.array(rec.finish),
             num_preemptions=np.array(rec.num_preemptions, dtype=np.int64),
-            num_cached_tokens=np.array(rec.num_cached_tokens, dtype=np.int64),
+            num_cached_tokens=np.array(rec.cached_tokens, dtype=np.int64),
             rejected=rejected_ids,
         )
         rejected = pd.DataFrame(

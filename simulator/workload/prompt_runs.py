@@ -17,9 +17,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from simulator.scheduling.block_hash import output_segment
-
 __all__ = ["PromptRuns", "output_segment"]
+
+
+def output_segment(request: int) -> int:
+    """The segment of request ``request``'s output, as a later prompt that repeats it names
+    it: ``-(request + 2)``, the scheduler's own name for it (``scheduling.block_hash``; the
+    workload imports no scheduling, a test checks the two agree)."""
+    return -(request + 2)
 
 
 class PromptRuns:
