@@ -175,3 +175,21 @@ def test_not_json_and_missing_files_exit_2(
 
 def test_replay_is_deterministic(cases) -> None:  # type: ignore[no-untyped-def]
     assert replay(cases[700], "vllm-v1") == replay(cases[700], "vllm-v1") == list(cases[700].steps)
+
+
+def test_policy_defaults_are_resolved_and_vllm_keys_refused_for_spec() -> None:
+    from simulator.scheduling.config import SchedulerConfig
+
+    base = {"max_num_batched_tokens": 8, "max_num_seqs": 2}
+    vllm = SchedulerConfig(policy="vllm-v1", **base)
+    assert vllm.enable_prefix_caching is True and vllm.reserve_full_isl is True
+    spec = SchedulerConfig(**base)
+    assert spec.enable_prefix_caching is False and spec.reserve_full_isl is False
+    assert SchedulerConfig(enable_prefix_caching=True, **base).enable_prefix_caching is True
+    for key, value in (
+        ("reserve_full_isl", True),
+        ("priority_policy", "priority"),
+        ("long_prefill_token_threshold", 64),
+    ):
+        with pytest.raises(ValueError, match=f"{key} applies to policy 'vllm-v1' only"):
+            SchedulerConfig(**base, **{key: value})
