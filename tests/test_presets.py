@@ -22,6 +22,7 @@ PUBLISHED_B = {
     "llama-2-7b": 6.74,
     "llama-2-70b": 68.98,
     "llama-3-8b": 8.03,
+    "llama-3.1-8b": 8.03,
     "llama-3-70b": 70.55,
     "bloom-176b": 176.2,
     "qwen-2.5-7b": 7.61,
@@ -31,7 +32,7 @@ PUBLISHED_B = {
 def test_list_presets_has_every_required_name_sorted() -> None:
     presets = list_presets()
     assert presets["models"] == sorted(PUBLISHED_B)
-    assert presets["hardware"] == ["a100-80gb", "h100-sxm", "h200"]
+    assert presets["hardware"] == ["a100-80gb", "h100-sxm", "h200", "rtx-4090", "rtx-pro-6000"]
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_B))
@@ -78,6 +79,11 @@ def test_hardware_presets_are_datasheet_figures() -> None:
     assert (h100.peak_flops, h100.hbm_bandwidth, h100.memory_bytes) == (989e12, 3.35e12, 80e9)
     h200 = load_hardware("h200")
     assert (h200.peak_flops, h200.hbm_bandwidth, h200.memory_bytes) == (989e12, 4.8e12, 141e9)
+    rtx = load_hardware("rtx-4090")  # memory: what the driver reported in a real run
+    assert (rtx.peak_flops, rtx.hbm_bandwidth) == (165.2e12, 1.008e12)
+    assert rtx.memory_bytes == 25_250_627_584
+    pro = load_hardware("rtx-pro-6000")  # memory: 95.0 GiB as vLLM reports the card
+    assert (pro.peak_flops, pro.hbm_bandwidth, pro.memory_bytes) == (503.8e12, 1.597e12, 95 * 2**30)
 
 
 def test_derive_num_blocks_by_hand() -> None:

@@ -14,6 +14,8 @@ from simulator.cost.fitted import FittedCostConfig, load_fitted
 from simulator.cost.interface import CostModel
 from simulator.cost.linear import LinearCostConfig, LinearCostModel
 from simulator.cost.presets import load_hardware, load_model
+from simulator.cost.profiled import ProfiledCostConfig, ProfiledCostModel
+from simulator.cost.profiles import read_profile
 from simulator.cost.roofline import RooflineCostConfig, RooflineCostModel
 from simulator.errors import InputError, in_field
 
@@ -22,13 +24,15 @@ __all__ = [
     "CostModelConfig",
     "LinearCostConfig",
     "LinearCostModel",
+    "ProfiledCostConfig",
+    "ProfiledCostModel",
     "RooflineCostConfig",
     "RooflineCostModel",
     "build_cost_model",
 ]
 
 CostModelConfig = Annotated[
-    LinearCostConfig | RooflineCostConfig | FittedCostConfig,
+    LinearCostConfig | RooflineCostConfig | FittedCostConfig | ProfiledCostConfig,
     Field(discriminator="type"),
 ]
 """Any cost-model config, told apart by its ``type`` field."""
@@ -44,4 +48,11 @@ def build_cost_model(cfg: CostModelConfig) -> CostModel:
         return RooflineCostModel(cfg, model, hardware)
     if isinstance(cfg, FittedCostConfig):
         return in_field("cost_model.path", load_fitted, cfg)
+    if isinstance(cfg, ProfiledCostConfig):
+        model = in_field("cost_model.model", load_model, cfg.model)
+        hardware = in_field("cost_model.hardware", load_hardware, cfg.hardware)
+        profile = in_field(
+            "cost_model.profile", lambda p: read_profile(p, cfg.format, cfg.tp), cfg.profile
+        )
+        return ProfiledCostModel(cfg, model, hardware, profile)
     raise InputError(f"cost_model: unsupported type {type(cfg).__name__}")

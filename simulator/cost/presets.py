@@ -144,7 +144,12 @@ class HardwareSpec(BaseModel):
     hbm_bandwidth: float = Field(gt=0)
     """HBM bandwidth of one GPU, bytes/s."""
     memory_bytes: int = Field(gt=0)
-    """HBM capacity of one GPU, bytes (presets use decimal GB: 80 GB = 80e9)."""
+    """HBM capacity of one GPU, bytes (presets use decimal GB: 80 GB = 80e9, unless the source
+    gives the bytes the CUDA driver reports)."""
+    interconnect_bandwidth: float | None = Field(default=None, gt=0)
+    """Per-GPU one-way bandwidth of the link tensor-parallel all-reduces use, bytes/s."""
+    allreduce_latency_us: float | None = Field(default=None, ge=0)
+    """Fixed latency of one small all-reduce between these GPUs, microseconds."""
 
 
 _M = TypeVar("_M", bound=BaseModel)

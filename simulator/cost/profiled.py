@@ -1,0 +1,271 @@
+"""The ``profiled`` cost model: a step's time from operator profiles measured on the serving
+stack, looked up for the step's exact batch (formulas and sources: ``docs/cost_models.md``).
+
+- token-parallel operators (projections, MLP, norms, rotary) by the step's token count, times
+  their calls per layer and the layer count, plus the once-per-step ones (embedding, final norm);
+- attention per layer by (prefill chunk tokens, their cached context, decode sequences, their
+  mean context), times the layer count;
+- per-sequence operators (LM head, sampler) by the number of scheduled sequences (vLLM computes
+  logits for the last token of every scheduled sequence, partial prefills included);
+- what the profile lacks from the roofline of the model and hardware presets: attention (Vidur's
+  MLP files), the LM head, and the 2 all-reduces per layer of tensor parallelism.
+
+Between profiled points every operator is interpolated linearly, outside them extrapolated
+linearly, with one warning per run. ``step_time`` runs once per simulated step: tables of every
+integer token and sequence count are precomputed (with scipy.interpolate), and a decode step's
+attention per decode count.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from simulator.cost.batch import Batch
+from simulator.cost.interface import CostModel
+from simulator.cost.presets import HardwareSpec, ModelSpec
+from simulator.cost.profiles import Curve, OperatorProfile, ProfileFormat
+from simulator.errors import InputError, warn
+
+
+class ProfiledCostConfig(BaseModel):
+    """Step time from operator profiles measured on the serving stack (LLMServingSim bundles,
+    Vidur MLP profiles), interpolated for each step's batch."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    type: Literal["profiled"] = "profiled"
+    """Discriminator of the cost-model union."""
+    profile: str
+    """The profile: an LLMServingSim bundle folder (``meta.yaml``, ``tp<N>/``) or a Vidur
+    ``mlp.csv``; relative to the working directory, or absolute."""
+    format: ProfileFormat = "llmservingsim"
+    """Profile format: ``llmservingsim`` or ``vidur-mlp``."""
+    model: str
+    """Model preset name (``configs/models/<name>.yaml``) or YAML path: layer count, and the
+    shape behind what the profile lacks."""
+    hardware: str
+    """Hardware preset name (``configs/hardware/<name>.yaml``) or YAML path: memory for the KV
+    budget, peaks and interconnect for what the profile lacks."""
+    tp: int = Field(default=1, ge=1)
+    """Tensor-parallel degree: the profile's ``tp<N>`` tables, and the all-reduces added."""
+    compute_efficiency: float = Field(default=0.6, gt=0, le=1)
+    """Achieved fraction of ``peak_flops`` for the roofline parts (as the roofline model)."""
+    memory_efficiency: float = Field(default=0.8, gt=0, le=1)
+    """Achieved fraction of ``hbm_bandwidth`` for the roofline parts (as the roofline model)."""
+    interconnect_bandwidth: float | None = Field(default=None, gt=0)
+    """Per-GPU one-way link bandwidth for the ring all-reduces, bytes/s; default: the
+    hardware preset's (needed when ``tp > 1``)."""
+    allreduce_latency_us: float | None = Field(default=None, ge=0)
+    """Fixed latency of one all-reduce, microseconds; default: the hardware preset's, else 0."""
+
+
+class ProfiledCostModel(CostModel):
+    """Interpolated operator times of the step's exact batch (see the module docstring)."""
+
+    times_decodes_from_sums = True
+
+    def __init__(
+        self, cfg: ProfiledCostConfig, model: ModelSpec, hw: HardwareSpec, profile: OperatorProfile
+    ) -> None:
+        """Precompute the per-token, per-sequence and decode-attention tables."""
+        if model.num_heads % cfg.tp != 0:
+            raise InputError(
+                f"cost_model.tp: {cfg.tp} does not divide num_heads={model.num_heads} "
+                f"of model {model.name}"
+            )
+        _check_shape(profile, model)
+        self.cfg, self.model, self.hw, self.profile = cfg, model, hw, profile
+        self.num_layers = model.num_layers
+        self._compute_rate = hw.peak_flops * cfg.compute_efficiency
+        self._memory_rate = hw.hbm_bandwidth * cfg.memory_efficiency
+        comm_fixed, comm_per_token = self._allreduce_constants()
+        tokens = _weighted_sum(
+            [(calls * model.num_layers, c) for calls, c in profile.per_layer.values()]
+            + [(1, c) for c in profile.per_step.values()]
+        )
+        if tokens is None:
+            raise InputError(f"cost_model.profile: {profile.source}: no token-parallel operators")
+        self._tokens = tokens
+        # one entry per token count 0..max profiled: all token-parallel work and the all-reduces
+        counts = np.arange(int(self._tokens.hi) + 1)
+        self._comm = (comm_fixed, comm_per_token)
+        self._token_table = (
+            self._tokens.table(counts) + comm_fixed + comm_per_token * counts
+        ).tolist()
+        self._seqs = _weighted_sum([(1, c) for c in profile.per_sequence.values()])
+        self._roofline_head = "lm_head" not in profile.per_sequence
+        seq_counts = np.arange(int(self._seqs.hi if self._seqs else 0) + 1)
+        self._seq_table = self._sequence_times(seq_counts).tolist()
+        self._attn = profile.attention
+        self._decode_rows = self._decode_attention_rows()
+        self._limits = self._profiled_limits()
+        self._warned = False
+
+    def _allreduce_constants(self) -> tuple[float, float]:
+        """Seconds per step and per token of the 2 all-reduces per layer under TP."""
+        cfg, model = self.cfg, self.model
+        if cfg.tp == 1 or self.profile.includes_tp_comm:
+            return 0.0, 0.0
+        bandwidth = cfg.interconnect_bandwidth or self.hw.interconnect_bandwidth
+        if bandwidth is None:
+            raise InputError(
+                f"cost_model.interconnect_bandwidth: needed with tp={cfg.tp} (the profile has no "
+                f"TP communication and hardware preset {self.hw.name} names no bandwidth)"
+            )
+        latency = cfg.allreduce_latency_us
+        if latency is None:
+            latency = self.hw.allreduce_latency_us or 0.0
+        num = 2 * model.num_layers
+        ring = 2.0 * (cfg.tp - 1) / cfg.tp  # a ring all-reduce sends this much of the buffer
+        return num * latency * 1e-6, num * ring * model.hidden_size * model.dtype_bytes / bandwidth
+
+    def _sequence_times(self, seqs: np.ndarray) -> np.ndarray:
+        """Per-sequence work of ``seqs`` sequences: the profiled operators, and the LM head's
+        roofline (its weights read once, its matmul per sequence) when it is not profiled."""
+        out = self._seqs.table(seqs) if self._seqs is not None else np.zeros(len(seqs))
+        if self._roofline_head:
+            m, tp = self.model, self.cfg.tp
+            flops = 2.0 * m.vocab_size * m.hidden_size / tp * seqs
+            weights = m.vocab_size * m.hidden_size * m.dtype_bytes / tp
+            out = out + np.maximum(flops / self._compute_rate, weights / self._memory_rate)
+        return np.where(seqs > 0, out, 0.0)
+
+    def _decode_attention_rows(self) -> list[Curve | None]:
+        """Per decode count ``n`` up to the profiled most: all layers' attention of ``n``
+        decodes by their mean context, evaluated at every profiled decode context (between
+        them the lookup is linear, so the row equals the lookup everywhere)."""
+        attn = self._attn
+        if attn is None:
+            return []
+        kvds = sorted({k for k in attn.decode_contexts() if k > 0})
+        top = int(attn.bounds[2][1])
+        rows: list[Curve | None] = [None]
+        for n in range(1, top + 1):
+            ys = [self.num_layers * attn.at(0, 0, n, k) for k in kvds]
+            rows.append(Curve(kvds, ys))
+        return rows
+
+    def _profiled_limits(self) -> tuple[float, ...]:
+        """Largest profiled tokens, sequences and attention axes (beyond: extrapolation)."""
+        attn = self._attn.bounds if self._attn is not None else [(0, float("inf"))] * 4
+        seqs = self._seqs.hi if self._seqs is not None else float("inf")
+        return (self._tokens.hi, seqs, *(hi for _, hi in attn))
+
+    # -- the step ------------------------------------------------------------------------
+
+    def step_time(self, batch: Batch) -> float:
+        """Seconds the step takes."""
+        new, ctx = batch.new_tokens, batch.context_lens
+        num_seqs = len(new)
+        tokens = sum(new)
+        if tokens == num_seqs:  # every sequence computes one token: a decode step
+            return self.decode_time(num_seqs, sum(ctx))
+        pc = kvp = nd = kvd = 0
+        for n, c in zip(new, ctx, strict=True):
+            if n == 1:
+                nd += 1
+                kvd += c
+            else:
+                pc += n
+                kvp += c
+        mean = kvd / nd if nd else 0.0
+        return (
+            self._token_time(tokens)
+            + self._attention(pc, kvp, nd, mean, batch)
+            + self._sequence_time(num_seqs)
+        )
+
+    def decode_time(self, num_seqs: int, context: int) -> float:
+        """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in all
+        (exactly ``step_time`` of any such batch: both go through here)."""
+        mean = context / num_seqs
+        rows = self._decode_rows
+        if num_seqs < len(rows):
+            row = rows[num_seqs]
+            assert row is not None
+            if mean > row.hi:
+                self._extrapolating(f"kv_decode {mean:g} beyond the profiled {row.hi:g}")
+            attention = row.at(mean)
+        else:
+            attention = self._attention(0, 0, num_seqs, mean, None, context)
+        return self._token_time(num_seqs) + attention + self._sequence_time(num_seqs)
+
+    def _token_time(self, tokens: int) -> float:
+        table = self._token_table
+        if tokens < len(table):
+            return table[tokens]
+        self._extrapolating(f"{tokens} tokens beyond the profiled {self._tokens.hi:g}")
+        fixed, per_token = self._comm
+        return self._tokens.at(tokens) + fixed + per_token * tokens
+
+    def _sequence_time(self, seqs: int) -> float:
+        table = self._seq_table
+        if seqs < len(table):
+            return table[seqs]
+        if self._seqs is not None:
+            self._extrapolating(f"{seqs} sequences beyond the profiled {self._seqs.hi:g}")
+        return float(self._sequence_times(np.array([seqs]))[0])
+
+    def _attention(
+        self, pc: int, kvp: int, nd: int, kvd: float, batch: Batch | None, context: int = 0
+    ) -> float:
+        """All layers' attention: looked up in the profile, else the roofline."""
+        attn = self._attn
+        if attn is None:
+            pairs, read = _roofline_attention_counts(pc, kvp, nd, kvd, batch, context)
+            m, tp = self.model, self.cfg.tp
+            flops = m.attention_flops_per_pair / tp * pairs
+            nbytes = m.kv_bytes_per_token / tp * read
+            return max(flops / self._compute_rate, nbytes / self._memory_rate)
+        limits = self._limits
+        if pc > limits[2] or kvp > limits[3] or nd > limits[4] or kvd > limits[5]:
+            self._extrapolating(attn.outside(pc, kvp, nd, kvd) or "attention")
+        return self.num_layers * attn.at(pc, kvp, nd, kvd)
+
+    def _extrapolating(self, what: str) -> None:
+        if not self._warned:
+            self._warned = True
+            warn(
+                f"cost_model: {what}: extrapolating from the profile's last points "
+                f"({self.profile.source}; warned once per run)"
+            )
+
+
+def _roofline_attention_counts(
+    pc: int, kvp: int, nd: int, kvd: float, batch: Batch | None, context: int
+) -> tuple[float, float]:
+    """(causal query-key pairs, KV tokens read) of the step for the roofline attention."""
+    if batch is None:  # a decode step: each decode sees its context and itself
+        return context + nd, context + nd
+    return batch.attention_pairs(), sum(batch.context_lens) + sum(batch.new_tokens)
+
+
+def _weighted_sum(parts: list[tuple[int, Curve]]) -> Curve | None:
+    """``sum(weight * curve)`` as one curve over the union of the curves' points (exact
+    between them: each is linear between its own points)."""
+    if not parts:
+        return None
+    xs = sorted({x for _, c in parts for x in c.xs})
+    points = np.asarray(xs)
+    total = sum(w * c.table(points) for w, c in parts)
+    return Curve(xs, np.asarray(total).tolist())
+
+
+def _check_shape(profile: OperatorProfile, model: ModelSpec) -> None:
+    """A profile that names its model's shape must match the model preset."""
+    want = {
+        "n_embd": model.hidden_size,
+        "n_head": model.num_heads,
+        "n_kv_head": model.num_kv_heads,
+        "n_expanded_embd": model.intermediate_size,
+        "vocab_size": model.vocab_size,
+    }
+    for key, value in profile.shape.items():
+        if key in want and want[key] != value:
+            raise InputError(
+                f"cost_model.profile: {profile.source}: {key} {value} does not match model "
+                f"{model.name} ({want[key]})"
+            )

@@ -1,0 +1,96 @@
+"""Attention time of a step from a 4-D profile: (prefill chunk tokens, prefill context, decode
+sequences, decode context), as LLMServingSim's profiler measures it.
+
+The profiled points need not form a full grid (bundles mix a doubling grid with a finer one,
+and a step cannot hold ``2048`` prefill tokens and ``256`` decodes at once), so the lookup is
+nested 1-D linear interpolation, each level over the points that exist below it: prefill
+chunk, then decode sequences, then prefill context, then decode context. Outside the profiled
+points every level extrapolates linearly from its two end points.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+
+from simulator.cost.profiles.curve import Curve
+
+
+def _lerp(xs: list[float], x: float, f: Callable[[int], float]) -> float:
+    """``f`` interpolated linearly at ``x`` over the points ``xs`` (``f(k)`` is the value at
+    ``xs[k]``), extrapolated from the end points; an exact hit evaluates ``f`` once."""
+    n = len(xs)
+    i = bisect_right(xs, x)
+    if i and xs[i - 1] == x or n == 1:
+        return f(i - 1 if i else 0)
+    i = 1 if i < 1 else (n - 1 if i >= n else i)
+    x0, x1 = xs[i - 1], xs[i]
+    y0 = f(i - 1)
+    return y0 + (f(i) - y0) * (x - x0) / (x1 - x0)
+
+
+class _Slice:
+    """The points of one (prefill chunk, decode sequences) pair: per prefill context, a curve
+    over decode context."""
+
+    __slots__ = ("kvp", "rows")
+
+    def __init__(self, points: dict[float, dict[float, float]]) -> None:
+        self.kvp = sorted(points)
+        self.rows = [
+            Curve(sorted(points[p]), [points[p][d] for d in sorted(points[p])]) for p in self.kvp
+        ]
+
+    def at(self, kvp: float, kvd: float) -> float:
+        rows = self.rows
+        return _lerp(self.kvp, kvp, lambda k: rows[k].at(kvd))
+
+
+class AttentionTable:
+    """Per-layer attention time (seconds) of a step, looked up from profiled points."""
+
+    def __init__(self, points: Sequence[tuple[int, int, int, int, float]]) -> None:
+        """``points``: ``(prefill_chunk, kv_prefill, n_decode, kv_decode, seconds)``; a
+        repeated key is the caller's to reject."""
+        grid: dict[int, dict[int, dict[float, dict[float, float]]]] = {}
+        for pc, kvp, nd, kvd, t in points:
+            grid.setdefault(pc, {}).setdefault(nd, {}).setdefault(kvp, {})[kvd] = t
+        self.pcs = [float(p) for p in sorted(grid)]
+        self._nds = [[float(n) for n in sorted(grid[p])] for p in sorted(grid)]
+        self._slices = [[_Slice(grid[p][n]) for n in sorted(grid[p])] for p in sorted(grid)]
+        self.bounds = self._bounds(points)
+        """``(min, max)`` profiled value of each axis, in argument order."""
+
+    @staticmethod
+    def _bounds(points: Sequence[tuple[int, int, int, int, float]]) -> list[tuple[float, float]]:
+        axes = list(zip(*(p[:4] for p in points), strict=True))
+        return [(float(min(a)), float(max(a))) for a in axes]
+
+    def at(self, pc: float, kvp: float, nd: float, kvd: float) -> float:
+        """Attention time of one layer for a step with ``pc`` prefill tokens attending to
+        ``kvp`` cached tokens and ``nd`` decodes with mean context ``kvd`` (never negative)."""
+        if pc == 0 and nd == 0:
+            return 0.0
+        nds, slices = self._nds, self._slices
+
+        def column(j: int) -> float:
+            ns = nds[j]
+            if nd == 0 and ns[0] > 0:  # no decode-free points (the pure-decode column): none
+                return 0.0
+            return _lerp(ns, nd, lambda k: slices[j][k].at(kvp, kvd))
+
+        return max(0.0, _lerp(self.pcs, pc, column))
+
+    def decode_contexts(self) -> list[float]:
+        """Every decode context profiled without a prefill chunk (the pure-decode points)."""
+        if not self.pcs or self.pcs[0] != 0:
+            return []
+        return sorted({x for s in self._slices[0] for row in s.rows for x in row.xs})
+
+    def outside(self, pc: float, kvp: float, nd: float, kvd: float) -> str | None:
+        """Which axis a query leaves the profiled range on (None: inside)."""
+        names = ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode")
+        for name, value, (lo, hi) in zip(names, (pc, kvp, nd, kvd), self.bounds, strict=True):
+            if value and not lo <= value <= hi:
+                return f"{name} {value:g} outside the profiled {lo:g}..{hi:g}"
+        return None
