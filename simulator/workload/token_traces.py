@@ -1,6 +1,8 @@
 """Token-id traces: JSONL with each prompt's token ids (LLMServingSim's flat request format:
 ``input_toks``, ``output_toks``, ``arrival_time_ns``, ``input_tok_ids``; other fields such as
-``output_tok_ids`` are ignored), and the prompt runs their token ids give.
+``output_tok_ids`` are ignored), and the prompt runs their token ids give. A bench run's
+``requests.jsonl`` (LLMServingSim's measured requests: ``arrival_time`` in seconds, no token
+ids) reads the same way.
 
 Runs from token ids: each prompt copies the runs of the earlier prompt it shares the longest
 prefix with, cut to that prefix, and adds one new segment for the rest. Then two prompts'
@@ -20,6 +22,9 @@ from simulator.workload.prompt_runs import PromptRuns
 
 FIELDS = ("arrival_time_ns", "input_toks", "output_toks")
 LIMITS = (2**62, 2**31 - 1, 2**31 - 1)
+SECONDS = "arrival_time"
+"""The arrival field of a bench run's ``requests.jsonl`` (seconds), read when a line has no
+``arrival_time_ns``."""
 #: Largest token id accepted.
 MAX_TOKEN_ID = 2**31 - 1
 
@@ -31,6 +36,7 @@ def read_token_trace(
     ``runs`` is None when no line has ``input_tok_ids``. Errors name FILE:LINE and field."""
     decoder = json.JSONDecoder()
     values: list[list[int]] = [[], [], []]
+    seconds: list[float] = []  # arrival_time of a bench run's lines
     tokens: list[tuple[int, ...] | None] = []
     lines: list[int] = []
     try:
@@ -44,6 +50,9 @@ def read_token_trace(
                     raise InputError(f"{path}:{line_no}: invalid JSON ({err})") from None
                 if not isinstance(record, dict):
                     raise InputError(f"{path}:{line_no}: expected a JSON object")
+                if FIELDS[0] not in record and SECONDS in record:
+                    seconds.append(_seconds(record, path, line_no))
+                    record = {**record, FIELDS[0]: 0}
                 for column, key, limit in zip(values, FIELDS, LIMITS, strict=True):
                     column.append(_count(record, key, limit, path, line_no))
                 tokens.append(_token_ids(record, values[1][-1], path, line_no))
@@ -54,10 +63,25 @@ def read_token_trace(
         raise InputError(f"{path}: not a UTF-8 text file ({err.reason})") from None
     if not lines:
         raise InputError(f"{path}: no requests in the file")
-    arrival_s = np.asarray(values[0], dtype=np.float64) / 1e9
+    if seconds and len(seconds) != len(lines):
+        raise InputError(f"{path}: lines with arrival_time_ns and lines with arrival_time mixed")
+    if seconds:
+        arrival_s = np.asarray(seconds, dtype=np.float64)
+    else:
+        arrival_s = np.asarray(values[0], dtype=np.float64) / 1e9
     prompt = np.maximum(np.asarray(values[1], dtype=np.int64), 1)
     runs = runs_from_tokens(tokens, prompt) if any(t is not None for t in tokens) else None
     return arrival_s, np.asarray(values[1]), np.asarray(values[2]), runs, lines
+
+
+def _seconds(record: dict, path: str | Path, line_no: int) -> float:
+    value = record[SECONDS]
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not 0 <= value <= 1e12:
+        raise InputError(
+            f"{path}:{line_no}: field {SECONDS!r}: {value!r:.40} is not a time in 0..1e12 s"
+        )
+    return float(value)
 
 
 def _count(record: dict, key: str, limit: int, path: str | Path, line_no: int) -> int:
