@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.cost import CostModelConfig
+from simulator.engine.serving import ServingConfig
 from simulator.errors import InputError
 from simulator.metrics.config import MetricsConfig
 from simulator.scheduling.config import SchedulerConfig
@@ -44,13 +45,27 @@ class ScenarioConfig(BaseModel):
     scheduler: SchedulerConfig
     """Scheduler budgets."""
     cost_model: CostModelConfig
-    """How long a step takes: ``linear``, ``roofline`` or ``fitted``."""
+    """How long a step takes: ``linear``, ``roofline``, ``fitted`` or ``profiled``."""
     workload: WorkloadConfig
     """Synthetic arrivals and lengths, or a trace to replay."""
+    serving: ServingConfig = Field(default_factory=ServingConfig)
+    """Serving overheads around the engine's steps: front end, per-step CPU, response."""
     slo: SLOConfig | None = None
     """Latency targets for goodput (optional)."""
     metrics: MetricsConfig = MetricsConfig()
     """What the summary reports."""
+
+    @model_validator(mode="after")
+    def _delays_open_loop_only(self) -> ScenarioConfig:
+        # closed loop: a slot frees when the client has the response and the next request
+        # needs the front end again; the engine's exact send times do not model that yet
+        delays = self.serving.frontend_delay_ms or self.serving.response_delay_ms
+        if self.workload.max_concurrency is not None and delays:
+            raise ValueError(
+                "serving.frontend_delay_ms and response_delay_ms are not supported with "
+                "workload.max_concurrency yet (set them to 0)"
+            )
+        return self
 
 
 def _field_path(loc: tuple[int | str, ...], data: Any) -> str:

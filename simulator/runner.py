@@ -16,6 +16,7 @@ from simulator.config import ScenarioConfig, load_scenario, validate
 from simulator.cost import CostModel, RooflineCostConfig, build_cost_model
 from simulator.cost.fitted import FittedCostConfig, load_preset
 from simulator.engine.result import SimulationResult
+from simulator.engine.serving import StepWithCpu
 from simulator.engine.simulation import Simulation
 from simulator.engine.step_sink import make_sink
 from simulator.engine.tokens import sample, sample_many
@@ -72,9 +73,13 @@ def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioC
 
 
 def build(cfg: ScenarioConfig) -> tuple[Workload, CostModel]:
-    """The workload (seeded from ``cfg.seed``) and the cost model of a resolved scenario."""
+    """The workload (seeded from ``cfg.seed``) and the cost model of a resolved scenario (the
+    GPU's model, with the CPU's per-step time when ``serving`` gives one)."""
     streams = np.random.SeedSequence(cfg.seed).spawn(1)
-    return generate(cfg.workload, streams[0]), build_cost_model(cfg.cost_model)
+    cost_model = build_cost_model(cfg.cost_model)
+    if cfg.serving.has_step_cpu:
+        cost_model = StepWithCpu(cost_model, cfg.serving)
+    return generate(cfg.workload, streams[0]), cost_model
 
 
 def run(
@@ -111,6 +116,7 @@ def run(
             max_concurrency=cfg.workload.max_concurrency,
             percentiles=cfg.metrics.percentiles,
             step_sink=make_sink(steps, steps_path),
+            serving=cfg.serving,
         )
         result = sim.run()
     warn_rejections(result)

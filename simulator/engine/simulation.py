@@ -22,6 +22,7 @@ from simulator.cost.interface import CostModel
 from simulator.engine.recorder import Recorder
 from simulator.engine.result import SimulationResult
 from simulator.engine.server import Server
+from simulator.engine.serving import ServingConfig
 from simulator.engine.step_sink import MemorySink, StepSink
 from simulator.metrics import DEFAULT_PERCENTILES, build_requests, summarize
 from simulator.scheduling.interface import Scheduler
@@ -44,15 +45,20 @@ class Simulation:
         max_concurrency: int | None = None,
         percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
         step_sink: StepSink | None = None,
+        serving: ServingConfig | None = None,
     ) -> None:
         self.workload = workload
         self.slo = slo
+        self.serving = serving or ServingConfig()
+        self._delay = self.serving.frontend_delay_ms * 1e-3
         self.percentiles = percentiles
         self.max_concurrency = max_concurrency
         self.env = simpy.Environment()
         self.recorder = Recorder(len(workload), scheduler.num_blocks, step_sink or MemorySink())
         self.arrival_s = workload.arrival_s.copy()
         """When each request reached the server (later than drawn when it waited for a slot)."""
+        self.queued_s = workload.arrival_s + self._delay
+        """When each request entered the engine's queue: ``serving.frontend_delay_ms`` later."""
         self._next_arrival = 0.0  # when the arrival process next wakes up
         self._in_flight = 0
         self._arrivals_done = False
@@ -71,8 +77,10 @@ class Simulation:
         )
 
     def _send(self, i: int, at: float) -> None:
-        """Hand request ``i`` to the server at time ``at``."""
-        self.arrival_s[i] = at
+        """Hand request ``i`` to the engine's queue at time ``at``: the front end's delay after
+        it reached the server (a constant: the order is the arrival order)."""
+        self.queued_s[i] = at
+        self.arrival_s[i] = at - self._delay if self._delay else at
         self._in_flight += 1
         priority, runs = self.workload.priority, self.workload.prompt_runs
         seq = Sequence(
@@ -96,7 +104,7 @@ class Simulation:
     def _arrivals(self) -> simpy.events.ProcessGenerator:
         env = self.env
         limit = self.max_concurrency
-        for i, t in enumerate(self.workload.arrival_s.tolist()):
+        for i, t in enumerate(self.queued_s.tolist()):
             if t > env.now:
                 # the instant simpy will resume us (now + delay), which the server's decode
                 # windows must not step past
@@ -131,12 +139,14 @@ class Simulation:
         requests = build_requests(
             self.workload,
             arrival=self.arrival_s,
+            queued=self.queued_s,
             first_scheduled=np.array(rec.first_scheduled),
             first_token=np.array(rec.first_token),
             finish=np.array(rec.finish),
             num_preemptions=np.array(rec.num_preemptions, dtype=np.int64),
             num_cached_tokens=np.array(rec.cached_tokens, dtype=np.int64),
             rejected=rejected_ids,
+            response_delay=self.serving.response_delay_ms * 1e-3,
         )
         rejected = pd.DataFrame(
             {

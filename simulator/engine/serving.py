@@ -1,0 +1,66 @@
+"""Time a server spends outside the GPU's steps: the front end before a request reaches the
+engine's queue, the CPU's work in every step (overlapped with the GPU's under async
+scheduling), and the way back from a sampled token to the client. Each timestamp they move is
+defined in docs/metrics.md; the values for a vLLM stack, and where they come from, are in
+docs/cost_models.md."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from simulator.cost.batch import Batch
+from simulator.cost.interface import CostModel
+
+_MS = 1e-3
+_US = 1e-6
+
+
+class ServingConfig(BaseModel):
+    """Serving overheads around the engine's steps. Every default is 0: the engine alone, as
+    the scheduler spec and the cost models' measurements see it."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    frontend_delay_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """From a request's arrival at the API server to its entry in the engine's waiting queue
+    (HTTP, tokenization, input processing, IPC to the engine), ms. Counts in TTFT and E2E."""
+    step_cpu_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """CPU time of every step (scheduling, input preparation, output processing), ms."""
+    step_cpu_per_seq_us: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """CPU time per scheduled sequence of a step (its share of the same work), microseconds."""
+    async_scheduling: bool = True
+    """The CPU prepares a step while the GPU runs the previous one (vLLM's async scheduling,
+    on by default since vLLM 0.11): a step takes ``max(GPU, CPU)``; False: ``GPU + CPU``."""
+    response_delay_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """From a token's sampling at the end of a step to the client receiving it
+    (detokenization, output processing, streaming), ms. Counts in TTFT and E2E, not in TPOT."""
+
+    @property
+    def has_step_cpu(self) -> bool:
+        """Whether steps carry any CPU time."""
+        return self.step_cpu_ms > 0 or self.step_cpu_per_seq_us > 0
+
+
+class StepWithCpu(CostModel):
+    """A step's duration on the server: the GPU's time from ``gpu`` and the CPU's per-step
+    work, overlapped (``max``) under async scheduling, else in sequence (``+``)."""
+
+    def __init__(self, gpu: CostModel, serving: ServingConfig) -> None:
+        self.gpu = gpu
+        """The cost model timing the GPU's part of a step."""
+        self.times_decodes_from_sums = gpu.times_decodes_from_sums
+        self._fixed = serving.step_cpu_ms * _MS
+        self._per_seq = serving.step_cpu_per_seq_us * _US
+        self._overlap = serving.async_scheduling
+
+    def _with_cpu(self, gpu: float, num_seqs: int) -> float:
+        cpu = self._fixed + self._per_seq * num_seqs
+        return (gpu if gpu >= cpu else cpu) if self._overlap else gpu + cpu
+
+    def step_time(self, batch: Batch) -> float:
+        """Seconds the step takes on the server."""
+        return self._with_cpu(self.gpu.step_time(batch), len(batch.new_tokens))
+
+    def decode_time(self, num_seqs: int, context: int) -> float:
+        """``step_time`` of a decode step, from its sums (when the GPU model allows it)."""
+        return self._with_cpu(self.gpu.decode_time(num_seqs, context), num_seqs)
