@@ -12,7 +12,7 @@ stack, looked up for the step's exact batch (formulas and sources: ``docs/cost_m
 
 Between profiled points every operator is interpolated linearly, outside them extrapolated
 linearly, with one warning per run. ``step_time`` runs once per simulated step: tables of every
-integer token and sequence count are precomputed (with scipy.interpolate), and a decode step's
+integer token and sequence count are precomputed (numpy.interp), and a decode step's
 attention per decode count.
 """
 

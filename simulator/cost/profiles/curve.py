@@ -6,7 +6,6 @@ from bisect import bisect_right
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.interpolate import interp1d
 
 
 class Curve:
@@ -28,8 +27,8 @@ class Curve:
         """Largest profiled point."""
 
     def at(self, x: float) -> float:
-        """The time at ``x`` (one bisection: scipy's per-call overhead, ~20 us, is more than a
-        whole simulated step may cost; ``table`` is where scipy evaluates many points)."""
+        """The time at ``x``, by one bisection (a library call's overhead, numpy's ~5 us or
+        scipy's ~20 us, is more than a whole simulated step may cost)."""
         xs, ys = self.xs, self.ys
         n = len(xs)
         if n == 1:
@@ -44,10 +43,17 @@ class Curve:
         return self.lo <= x <= self.hi
 
     def table(self, points: np.ndarray) -> np.ndarray:
-        """The curve at many points at once (scipy.interpolate, linear, extrapolated)."""
-        if len(self.xs) == 1:
-            return np.full(len(points), self.ys[0])
-        line = interp1d(
-            self.xs, self.ys, kind="linear", fill_value="extrapolate", assume_sorted=True
-        )
-        return np.asarray(line(points), dtype=np.float64)
+        """The curve at many points at once, extrapolated linearly beyond its ends.
+
+        numpy.interp rather than scipy.interpolate.interp1d (the same piecewise-linear
+        interpolation): importing scipy.interpolate takes ~0.8 s, a quarter of the 3 s a whole
+        replay of a real run may take (benchmarks/README.md)."""
+        xs, ys = np.asarray(self.xs), np.asarray(self.ys)
+        points = np.asarray(points, dtype=np.float64)
+        if len(xs) == 1:
+            return np.full(len(points), ys[0])
+        out = np.interp(points, xs, ys)
+        low, high = points < xs[0], points > xs[-1]
+        out[low] = ys[0] + (ys[1] - ys[0]) / (xs[1] - xs[0]) * (points[low] - xs[0])
+        out[high] = ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (points[high] - xs[-1])
+        return out
