@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from simulator.cli import (
     calibrate,
     check_scheduler,
+    compare,
     convert,
     fetch,
     plot,
@@ -49,6 +50,7 @@ COMMANDS = (
     predict,
     convert,
     check_scheduler,
+    compare,
 )
 """The command modules, in the order ``servesim --help`` lists them."""
 

@@ -12,12 +12,13 @@ import numpy as np
 
 from simulator.errors import InputError
 
-Kind = Literal["int", "float", "str"]
+Kind = Literal["int", "float", "opt", "str"]
 
 
 def read_columns(path: Path, columns: Mapping[str, Kind]) -> tuple[dict[str, list], list[int]]:
     """The named columns of a headed CSV file, parsed (``int``: a non-negative integer,
-    ``float``: a finite number >= 0, ``str``: stripped text), and each row's line number.
+    ``float``: a finite number >= 0, ``opt``: the same or empty (NaN), ``str``: stripped
+    text), and each row's line number.
     Blank lines are skipped; a missing file or column, a row with a different number of
     fields than the header, or a value that does not parse is an ``InputError``
     ``FILE:LINE: reason``. Other columns are ignored."""
@@ -66,6 +67,15 @@ def _column(cells: tuple[str, ...], kind: Kind, name: str, path: Path, lines: li
         values = [c.strip() for c in cells]
         if all(values):
             return values
+    elif kind == "opt":
+        cells = tuple(c if c.strip() else "nan" for c in cells)
+        try:
+            numbers = np.asarray(cells, dtype=np.float64)
+        except ValueError:
+            numbers = None
+        if numbers is not None and not np.any(np.isinf(numbers) | (numbers < 0)):
+            return numbers.tolist()
+        kind = "float"
     else:
         try:
             numbers = np.asarray(cells, dtype=np.float64)
@@ -84,6 +94,8 @@ def _column(cells: tuple[str, ...], kind: Kind, name: str, path: Path, lines: li
 
 
 def _parse(cell: str, kind: Kind, name: str, path: Path, line_no: int) -> int | float | str:
+    if kind == "opt" and cell in ("", "nan"):
+        return math.nan
     if kind == "str":
         if not cell:
             raise InputError(f"{path}:{line_no}: column {name}: missing value")

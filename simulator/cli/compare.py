@@ -1,0 +1,106 @@
+"""``servesim compare``: a simulation held against a measured run of the same requests."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from simulator.cli.common import Subparsers
+from simulator.errors import InputError
+
+
+def run(args: argparse.Namespace) -> int:
+    """Hold a simulation against a measured run of the same requests: mean, p50, p90 and p99
+    of TTFT, TPOT, ITL (where measured) and E2E, measured vs simulated with the signed error.
+
+    SIM is a folder written by `servesim run`, or a scenario YAML, simulated here first
+    (nothing of the run is saved). MEASURED is LLMServingSim's requests.jsonl (TTFT and E2E
+    then count from the engine queue on both sides, as that file records them), the JSON of
+    `vllm bench serve --save-result --save-detailed`, or a CSV request_id,ttft_s,tpot_s,e2e_s.
+    A run folder gets the CDF figure as compare.png unless --plot or --no-plot says otherwise.
+    """
+    from simulator.results.writer import json_safe
+    from simulator.validation.compare import compare, format_table, simulated
+    from simulator.validation.measured import guess_format, read_measured
+
+    fmt = args.format or guess_format(args.measured)
+    meas = read_measured(args.measured, fmt)  # a bad file fails before anything is simulated
+    requests, summary, label, folder = _simulation(args.sim)
+    sim = simulated(requests, summary, meas.reference, label)
+    metrics = compare(sim, meas)
+    since = "the engine queue" if meas.reference == "queued" else "arrival"
+    print(f"{label} vs {args.measured} ({fmt}; {len(meas)} requests; TTFT and E2E from {since})")
+    print(format_table(metrics))
+    if args.json:
+        text = json.dumps({"metrics": json_safe(metrics)}, indent=2, allow_nan=False) + "\n"
+        _write_atomic(Path(args.json), text)
+    plot = None if args.no_plot else args.plot or (folder / "compare.png" if folder else None)
+    if plot is not None:
+        from simulator.plots.compare import plot_compare_cdfs
+        from simulator.plots.style import save_figure
+
+        path = save_figure(
+            plot_compare_cdfs(sim, meas, f"{label} vs {Path(args.measured).name}"), Path(plot)
+        )
+        print(f"figure: {path}")
+    return 0
+
+
+def _simulation(sim: str) -> tuple[Any, dict[str, Any], str, Path | None]:
+    """(requests, summary, label, run folder or None) of a run folder or a scenario."""
+    path = Path(sim)
+    if path.is_dir():
+        table = path / "requests.parquet"
+        if not table.is_file():
+            raise InputError(f"{sim}: not a servesim run folder (no requests.parquet)")
+        import pandas as pd
+
+        summary_file = path / "summary.json"
+        summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+        return pd.read_parquet(table), summary, str(path), path
+    if not path.is_file():
+        raise InputError(f"{sim}: no such run folder or scenario file")
+    from simulator.runner import run as simulate
+
+    result = simulate(path, progress=None)
+    return result.requests, result.summary, str(path), None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
+    if not path.parent.is_dir():
+        raise InputError(f"--json {path}: folder {path.parent} does not exist")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as err:
+        raise InputError(f"--json {path}: cannot write: {err.strerror}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def register(subparsers: Subparsers) -> argparse.ArgumentParser:
+    """Add the ``compare`` command."""
+    p = subparsers.add_parser(
+        "compare",
+        help="compare a simulation with a measured run of the same requests",
+        description=inspect.cleandoc(run.__doc__ or ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("sim", metavar="SIM", help="a `servesim run` folder, or a scenario YAML")
+    p.add_argument("measured", metavar="MEASURED", help="the measured run's file")
+    p.add_argument(
+        "--format",
+        choices=["llmservingsim", "vllm-bench", "csv"],  # validation.measured.FORMATS
+        help="format of MEASURED (default: from its name: .jsonl, .json, .csv)",
+    )
+    p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON (seconds)")
+    p.add_argument("--plot", metavar="FILE", help="write the CDF figure here")
+    p.add_argument("--no-plot", action="store_true", help="draw no figure")
+    return p

@@ -1,0 +1,197 @@
+"""Readers of measured runs (what ``servesim compare`` holds a simulation against): per request
+TTFT, TPOT and E2E in seconds, ITL gaps where the file has them, and the request lengths.
+
+Formats:
+
+- ``llmservingsim``: a bench run's ``requests.jsonl`` from LLMServingSim (``input_toks``,
+  ``output_toks``, ``queued_ts``, ``first_token_ts``, ``last_token_ts``, ...). Its
+  ``arrival_time`` is on the wall clock and every other timestamp on the engine's monotonic
+  clock, so, as LLMServingSim's own validator does, TTFT and E2E are measured from
+  ``queued_ts`` (the request entering the engine's queue): ``reference = "queued"``.
+- ``vllm-bench``: the JSON ``vllm bench serve --save-result --save-detailed`` writes
+  (``input_lens``, ``output_lens``, ``ttfts``, ``itls``, ``errors``; seconds, client side).
+  E2E is ``request_complete_times - request_submit_times`` where the file has them, else
+  TTFT + the sum of the request's ITLs; TPOT is ``(E2E - TTFT) / (output_len - 1)``, as vLLM.
+- ``csv``: ``request_id, ttft_s, tpot_s, e2e_s`` (client side; an empty ``tpot_s`` for a
+  one-token output).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from simulator.errors import InputError
+
+MeasuredFormat = Literal["llmservingsim", "vllm-bench", "csv"]
+FORMATS: tuple[MeasuredFormat, ...] = ("llmservingsim", "vllm-bench", "csv")
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """Per-request latencies of a measured run (seconds, NaN where undefined)."""
+
+    source: str
+    """The file read."""
+    ttft: np.ndarray
+    tpot: np.ndarray
+    e2e: np.ndarray
+    itl: np.ndarray | None
+    """Every inter-token gap, if the file records them."""
+    prompt_len: np.ndarray | None
+    output_len: np.ndarray | None
+    reference: Literal["arrival", "queued"]
+    """Where TTFT and E2E start: the client's send (``arrival``) or the engine queue."""
+
+    def __len__(self) -> int:
+        return len(self.ttft)
+
+
+def guess_format(path: str | Path) -> MeasuredFormat:
+    """The format a file's name suggests: ``.jsonl`` llmservingsim, ``.json`` vllm-bench,
+    ``.csv`` csv."""
+    suffix = Path(path).suffix.lower()
+    guesses: dict[str, MeasuredFormat] = {
+        ".jsonl": "llmservingsim",
+        ".json": "vllm-bench",
+        ".csv": "csv",
+    }
+    if suffix not in guesses:
+        raise InputError(f"{path}: cannot tell the format from the name; pass --format")
+    return guesses[suffix]
+
+
+def read_measured(path: str | Path, fmt: MeasuredFormat) -> MeasuredRun:
+    """The measured run at ``path`` in format ``fmt``."""
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"{path}: file not found")
+    readers = {"llmservingsim": _llmservingsim, "vllm-bench": _vllm_bench, "csv": _csv}
+    return readers[fmt](file)
+
+
+def _number(value: Any, where: str, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InputError(f"{where}: field {key!r}: {value!r} is not a finite number")
+    return float(value)
+
+
+def _llmservingsim(file: Path) -> MeasuredRun:
+    keys = ("input_toks", "output_toks", "queued_ts", "first_token_ts", "last_token_ts")
+    rows: list[list[float]] = []
+    for line_no, line in enumerate(_lines(file), start=1):
+        if not line.strip():
+            continue
+        where = f"{file}:{line_no}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InputError(f"{where}: invalid JSON ({err.msg})") from None
+        if not isinstance(record, dict):
+            raise InputError(f"{where}: expected a JSON object")
+        for key in keys:
+            if key not in record:
+                raise InputError(f"{where}: missing field {key!r}")
+        rows.append([_number(record[k], where, k) for k in keys])
+        if not rows[-1][2] <= rows[-1][3] <= rows[-1][4]:
+            raise InputError(f"{where}: timestamps out of order (queued, first, last token)")
+    if not rows:
+        raise InputError(f"{file}: no requests in the file")
+    inp, out, queued, first, last = np.asarray(rows, dtype=np.float64).T
+    return MeasuredRun(
+        source=str(file),
+        ttft=first - queued,
+        tpot=_tpot(last - first, out),
+        e2e=last - queued,
+        itl=None,
+        prompt_len=inp.astype(np.int64),
+        output_len=out.astype(np.int64),
+        reference="queued",
+    )
+
+
+def _tpot(decode_time: np.ndarray, output_len: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(output_len > 1, decode_time / (output_len - 1), np.nan)
+
+
+def _lines(file: Path) -> list[str]:
+    try:
+        return file.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as err:
+        raise InputError(f"{file}: not a UTF-8 text file ({err.reason})") from None
+
+
+def _vllm_bench(file: Path) -> MeasuredRun:
+    try:
+        data = json.loads("\n".join(_lines(file)))
+    except json.JSONDecodeError as err:
+        raise InputError(f"{file}:{err.lineno}: invalid JSON ({err.msg})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{file}: expected a JSON object (vllm bench serve --save-result)")
+    need = ("input_lens", "output_lens", "ttfts", "itls")
+    missing = [k for k in need if not isinstance(data.get(k), list)]
+    if missing:
+        raise InputError(
+            f"{file}: missing list {missing[0]!r} (save it with --save-result --save-detailed)"
+        )
+    n = len(data["ttfts"])
+    for key in need:
+        if len(data[key]) != n:
+            raise InputError(f"{file}: {key!r} has {len(data[key])} entries, 'ttfts' {n}")
+    errors = data.get("errors") or [""] * n
+    failed = [i for i, e in enumerate(errors) if e]
+    if failed:
+        raise InputError(
+            f"{file}: {len(failed)} request(s) failed in the measurement "
+            f"(e.g. #{failed[0]}: {str(errors[failed[0]]).splitlines()[0][:80]})"
+        )
+    ttft = np.array([_number(v, str(file), f"ttfts[{i}]") for i, v in enumerate(data["ttfts"])])
+    gaps = [
+        np.asarray([_number(g, str(file), f"itls[{i}]") for g in row])
+        for i, row in enumerate(data["itls"])
+    ]
+    out = np.asarray([int(_number(v, str(file), "output_lens")) for v in data["output_lens"]])
+    inp = np.asarray([int(_number(v, str(file), "input_lens")) for v in data["input_lens"]])
+    submit, complete = data.get("request_submit_times"), data.get("request_complete_times")
+    if (
+        isinstance(submit, list)
+        and isinstance(complete, list)
+        and len(submit) == len(complete) == n
+    ):
+        e2e = np.asarray(complete, dtype=np.float64) - np.asarray(submit, dtype=np.float64)
+    else:
+        e2e = ttft + np.asarray([g.sum() for g in gaps])
+    itl = np.concatenate(gaps) if gaps else np.empty(0)
+    return MeasuredRun(
+        source=str(file),
+        ttft=ttft,
+        tpot=_tpot(e2e - ttft, out),
+        e2e=e2e,
+        itl=itl,
+        prompt_len=inp,
+        output_len=out,
+        reference="arrival",
+    )
+
+
+def _csv(file: Path) -> MeasuredRun:
+    from simulator.cost.profiles.csvfile import read_columns
+
+    kinds = {"request_id": "str", "ttft_s": "float", "tpot_s": "opt", "e2e_s": "float"}
+    cols, _ = read_columns(file, kinds)  # type: ignore[arg-type]
+    return MeasuredRun(
+        source=str(file),
+        ttft=np.asarray(cols["ttft_s"]),
+        tpot=np.asarray(cols["tpot_s"], dtype=np.float64),
+        e2e=np.asarray(cols["e2e_s"]),
+        itl=None,
+        prompt_len=None,
+        output_len=None,
+        reference="arrival",
+    )
