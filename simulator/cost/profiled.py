@@ -60,6 +60,10 @@ class ProfiledCostConfig(BaseModel):
     hardware preset's (needed when ``tp > 1``)."""
     allreduce_latency_us: float | None = Field(default=None, ge=0)
     """Fixed latency of one all-reduce, microseconds; default: the hardware preset's, else 0."""
+    skew: bool = True
+    """Apply the profile's skew correction where it has one (LLMServingSim's ``skew_fit``:
+    decodes of different contexts are slower than at their mean). It needs each decode's
+    context, so the engine then times decode steps one by one (no fast path)."""
 
 
 class ProfiledCostModel(CostModel):
@@ -100,6 +104,9 @@ class ProfiledCostModel(CostModel):
         seq_counts = np.arange(int(self._seqs.hi if self._seqs else 0) + 1)
         self._seq_table = self._sequence_times(seq_counts).tolist()
         self._attn = profile.attention
+        self._skew = profile.skew if cfg.skew else None
+        # the skew correction needs every decode's context: no timing from sums then
+        self.times_decodes_from_sums = self._skew is None
         self._decode_rows = self._decode_attention_rows()
         self._limits = self._profiled_limits()
         self._warned = False
@@ -161,37 +168,65 @@ class ProfiledCostModel(CostModel):
         new, ctx = batch.new_tokens, batch.context_lens
         num_seqs = len(new)
         tokens = sum(new)
+        skew = self._skew
         if tokens == num_seqs:  # every sequence computes one token: a decode step
-            return self.decode_time(num_seqs, sum(ctx))
+            context = sum(ctx)
+            if skew is None or num_seqs < 2:
+                return self.decode_time(num_seqs, context)
+            mean = context / num_seqs
+            t_mean = self._decode_attention(num_seqs, mean, context)
+            t_max = self._decode_attention(num_seqs, max(ctx), max(ctx) * num_seqs)
+            extra = self._skewed(0, 0, num_seqs, mean, max(ctx), min(ctx), t_max - t_mean)
+            return self._token_time(tokens) + t_mean + extra + self._sequence_time(num_seqs)
         pc = kvp = nd = kvd = 0
+        longest, shortest = 0, 1 << 62
         for n, c in zip(new, ctx, strict=True):
             if n == 1:
                 nd += 1
                 kvd += c
+                longest = c if c > longest else longest
+                shortest = c if c < shortest else shortest
             else:
                 pc += n
                 kvp += c
         mean = kvd / nd if nd else 0.0
-        return (
-            self._token_time(tokens)
-            + self._attention(pc, kvp, nd, mean, batch)
-            + self._sequence_time(num_seqs)
-        )
+        attention = self._attention(pc, kvp, nd, mean, batch)
+        if skew is not None and nd >= 2 and longest > mean:
+            gap = self._attention(pc, kvp, nd, longest, batch) - attention
+            attention += self._skewed(pc, kvp, nd, mean, longest, shortest, gap)
+        return self._token_time(tokens) + attention + self._sequence_time(num_seqs)
 
     def decode_time(self, num_seqs: int, context: int) -> float:
         """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in all
-        (exactly ``step_time`` of any such batch: both go through here)."""
-        mean = context / num_seqs
+        (exactly ``step_time`` of any such batch when the skew correction is off: both go
+        through here; with it on, the engine never calls this)."""
+        return (
+            self._token_time(num_seqs)
+            + self._decode_attention(num_seqs, context / num_seqs, context)
+            + self._sequence_time(num_seqs)
+        )
+
+    def _decode_attention(self, num_seqs: int, mean: float, context: float) -> float:
+        """All layers' attention of ``num_seqs`` decodes of mean context ``mean``."""
         rows = self._decode_rows
         if num_seqs < len(rows):
             row = rows[num_seqs]
             assert row is not None
             if mean > row.hi:
                 self._extrapolating(f"kv_decode {mean:g} beyond the profiled {row.hi:g}")
-            attention = row.at(mean)
-        else:
-            attention = self._attention(0, 0, num_seqs, mean, None, context)
-        return self._token_time(num_seqs) + attention + self._sequence_time(num_seqs)
+            return row.at(mean)
+        return self._attention(0, 0, num_seqs, mean, None, int(context))
+
+    def _skewed(
+        self, pc: int, kvp: int, nd: int, mean: float, longest: int, shortest: int, gap: float
+    ) -> float:
+        """The skew correction's extra attention time: ``alpha`` of the ``gap`` between the
+        uniform batch at the longest context and at the mean (none if not longer)."""
+        if self._skew is None or gap <= 0:
+            return 0.0
+        spread = longest - shortest
+        rate = (mean - shortest) / spread if spread > 0 else 0.5
+        return self._skew.alpha(pc, nd, rate, longest, kvp) * gap
 
     def _token_time(self, tokens: int) -> float:
         table = self._token_table

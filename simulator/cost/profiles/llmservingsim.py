@@ -3,10 +3,9 @@
 LLMServingSim's ``docs/docs/profiler/output-bundle.md``).
 
 Each token-parallel layer name is one operator of the model's layer or step; the catalog below
-says how often it runs. ``skew.csv``/``skew_fit.csv`` (a correction for decodes of very
-different lengths) are not used: it needs every decode's context, while servesim times a
-decode step from the batch's sums (``docs/cost_models.md``). MoE bundles (``moe.csv``) are
-refused rather than priced wrong.
+says how often it runs. ``skew_fit.csv``, the fitted correction for decodes of different
+lengths, is read (``skew.py``); the raw ``skew.csv`` shots behind it are not. MoE bundles
+(``moe.csv``) are refused rather than priced wrong.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from simulator.cost.profiles.attention import AttentionTable
 from simulator.cost.profiles.csvfile import read_columns
 from simulator.cost.profiles.curve import Curve
 from simulator.cost.profiles.profile import OperatorProfile
+from simulator.cost.profiles.skew import read_skew
 from simulator.errors import InputError
 
 _US = 1e-6
@@ -62,6 +62,7 @@ def read_llmservingsim(path: str | Path, tp: int) -> OperatorProfile:
         per_step=per_step,
         per_sequence=_per_sequence(folder / "per_sequence.csv"),
         attention=_attention(folder / "attention.csv"),
+        skew=read_skew(meta, folder, tp, root / "meta.yaml"),
         includes_tp_comm=False,
         provenance={k: str(meta[k]) for k in _PROVENANCE if meta.get(k) is not None},
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from simulator.cost.profiles.attention import AttentionTable
 from simulator.cost.profiles.curve import Curve
+from simulator.cost.profiles.skew import SkewTable
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class OperatorProfile:
     number of sequences."""
     attention: AttentionTable | None = None
     """Per-layer attention by (prefill tokens, prefill context, decodes, decode context)."""
+    skew: SkewTable | None = None
+    """Attention's extra time when decode contexts differ (LLMServingSim's skew fit)."""
     includes_tp_comm: bool = False
     """Whether the times include the all-reduces of tensor parallelism."""
     shape: dict[str, int] = field(default_factory=dict)
