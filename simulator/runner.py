@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from simulator.config import ScenarioConfig, load_scenario, validate
-from simulator.cost import CostModel, RooflineCostConfig, build_cost_model
+from simulator.cost import CostModel, ProfiledCostConfig, RooflineCostConfig, build_cost_model
 from simulator.cost.fitted import FittedCostConfig, load_preset
 from simulator.engine.result import SimulationResult
 from simulator.engine.serving import StepWithCpu
@@ -27,31 +27,35 @@ from simulator.workload import Workload, generate
 
 
 def resolve_num_blocks(cfg: ScenarioConfig) -> int:
-    """``scheduler.num_blocks``, or derived from GPU memory for a roofline cost model."""
+    """``scheduler.num_blocks``, or derived from GPU memory as vLLM sizes its cache (roofline,
+    fitted and profiled cost models name the model and GPUs)."""
     if cfg.scheduler.num_blocks is not None:
         return cfg.scheduler.num_blocks
     from simulator.cost.presets import derive_num_blocks, load_hardware, load_model
 
     cm = cfg.cost_model
-    if isinstance(cm, RooflineCostConfig):
+    if isinstance(cm, RooflineCostConfig | ProfiledCostConfig):
         model, hardware, tp = cm.model, cm.hardware, cm.tp
+        where = "cost_model."  # the scenario names the presets
     elif isinstance(cm, FittedCostConfig):
         # a fitted preset names the model and GPUs it was fitted on
         preset = in_field("cost_model.path", load_preset, cm.path)
         model, hardware, tp = preset.model, preset.hardware, preset.tp
+        where = f"cost_model.path: {cm.path}: "
     else:
         raise InputError(
-            "scheduler.num_blocks: required with a linear cost model (roofline and fitted "
-            "models derive it from GPU memory)"
+            "scheduler.num_blocks: required with a linear cost model (roofline, fitted and "
+            "profiled models derive it from GPU memory)"
         )
-    # a roofline names its presets in the scenario; a fitted model in its preset file
-    where = "cost_model." if isinstance(cm, RooflineCostConfig) else f"cost_model.path: {cm.path}: "
+    sched = cfg.scheduler
     return derive_num_blocks(
         in_field(f"{where}model", load_model, model),
         in_field(f"{where}hardware", load_hardware, hardware),
         tp,
-        cfg.scheduler.block_size,
-        cfg.scheduler.gpu_memory_utilization,
+        sched.block_size,
+        sched.gpu_memory_utilization,
+        max_num_batched_tokens=sched.max_num_batched_tokens,
+        max_num_seqs=sched.max_num_seqs,
     )
 
 

@@ -9,6 +9,7 @@ import pytest
 from simulator.cost.presets import (
     HardwareSpec,
     ModelSpec,
+    activation_peak_bytes,
     configs_dir,
     derive_num_blocks,
     list_presets,
@@ -92,6 +93,28 @@ def test_derive_num_blocks_by_hand() -> None:
     assert derive_num_blocks(model, hw, tp=1, block_size=16) == 6976
     # tp=2 adds a whole GPU of memory for KV: (144e9 - 13_476_298_752) / 8_388_608 = 15559.9
     assert derive_num_blocks(model, hw, tp=2, block_size=16) == 15559
+
+
+def test_activation_peak_by_hand() -> None:
+    model = load_model("llama-3.1-8b")
+    # forward of 2048 tokens: 2048 x 2 bytes x (2 x 4096 + 6144 QKV + 3 x 14336 MLP)
+    forward = 2048 * 2 * (2 * 4096 + 6144 + 3 * 14336)
+    # sampler warm-up on 256 rows: 256 x 128256 x (2 + 16 + 8) bytes, plus 2048 hidden states
+    sampler = 256 * 128256 * 26 + 2048 * 4096 * 2
+    assert activation_peak_bytes(model, 1, 2048, 256) == max(forward, sampler) == sampler
+    assert activation_peak_bytes(model, 1, 8192, 8) == forward * 4  # long steps: the forward
+    assert activation_peak_bytes(model, 2, 2048, 256) == sampler  # logits are all-gathered
+
+
+def test_derived_kv_budget_subtracts_the_activation_peak() -> None:
+    model, hw = load_model("llama-3.1-8b"), load_hardware("rtx-4090")
+    plain = derive_num_blocks(model, hw, tp=1, block_size=16)
+    with_peak = derive_num_blocks(
+        model, hw, tp=1, block_size=16, max_num_batched_tokens=2048, max_num_seqs=256
+    )
+    block = 16 * model.kv_bytes_per_token
+    assert with_peak == int((hw.memory_bytes * 0.9 - model.weight_bytes - 870_449_152) // block)
+    assert plain - with_peak == pytest.approx(870_449_152 / block, abs=1)
 
 
 def test_derive_num_blocks_rejects_model_that_does_not_fit() -> None:
@@ -195,3 +218,68 @@ def test_specs_forbid_extra_fields() -> None:
     with pytest.raises(ValueError):
         HardwareSpec.model_validate({**fields, "z": 1})
     assert "tie_embeddings" in ModelSpec.model_fields
+
+
+def _copy_presets(tmp_path: Path, model: str, hardware: str) -> tuple[str, str]:
+    """A model and a GPU servesim does not ship: the presets' schema, under other names."""
+    m = (configs_dir() / "models" / f"{model}.yaml").read_text()
+    h = (configs_dir() / "hardware" / f"{hardware}.yaml").read_text()
+    mp = _write(tmp_path / "my-model.yaml", m.replace(f"name: {model}", "name: my-model"))
+    hp = _write(tmp_path / "my-gpu.yaml", h.replace(f"name: {hardware}", "name: my-gpu"))
+    return str(mp), str(hp)
+
+
+@pytest.mark.parametrize("kind", ["roofline", "profiled"])
+def test_every_cost_model_takes_preset_paths(tmp_path: Path, kind: str) -> None:
+    """cost_model.model/hardware by path time steps and derive the KV budget as by name."""
+    from simulator.cost import build_cost_model
+    from simulator.cost.batch import Batch
+    from simulator.runner import resolve
+    from tests.paths import DATA
+
+    model_path, hw_path = _copy_presets(tmp_path, "llama-3.1-8b", "rtx-4090")
+    cost: dict[str, object] = {"type": kind, "model": "llama-3.1-8b", "hardware": "rtx-4090"}
+    if kind == "profiled":
+        cost["profile"] = str(DATA / "llmservingsim" / "profiles" / "RTX4090" / "Llama-3.1-8B")
+    scenario = {
+        "name": "paths",
+        "scheduler": {"max_num_batched_tokens": 2048, "max_num_seqs": 256},
+        "cost_model": cost,
+        "workload": {
+            "num_requests": 1,
+            "arrival": {"rate": 1},
+            "prompt_len": {"dist": "fixed", "value": 8},
+            "output_len": {"dist": "fixed", "value": 2},
+        },
+    }
+    by_path = {**scenario, "cost_model": {**cost, "model": model_path, "hardware": hw_path}}
+    a, b = resolve(scenario), resolve(by_path)
+    assert a.scheduler.num_blocks == b.scheduler.num_blocks > 0
+    batch = Batch([100, 1, 1], [0, 500, 900])
+    assert build_cost_model(a.cost_model).step_time(batch) == build_cost_model(
+        b.cost_model
+    ).step_time(batch)
+
+
+def test_fitted_preset_may_name_its_presets_by_path(tmp_path: Path) -> None:
+    from simulator.runner import resolve
+
+    model_path, hw_path = _copy_presets(tmp_path, "llama-2-70b", "h100-sxm")
+    src = (configs_dir() / "fitted" / "llama-2-70b_h100-sxm_tp4.yaml").read_text()
+    src = src.replace("model: llama-2-70b", f"model: {model_path}")
+    fitted = _write(
+        tmp_path / "fit.yaml", src.replace("hardware: h100-sxm", f"hardware: {hw_path}")
+    )
+    scenario = {
+        "name": "fitted-paths",
+        "scheduler": {"max_num_batched_tokens": 2048, "max_num_seqs": 64},
+        "cost_model": {"type": "fitted", "path": "llama-2-70b_h100-sxm_tp4"},
+        "workload": {
+            "num_requests": 1,
+            "arrival": {"rate": 1},
+            "prompt_len": {"dist": "fixed", "value": 8},
+            "output_len": {"dist": "fixed", "value": 2},
+        },
+    }
+    by_path = {**scenario, "cost_model": {"type": "fitted", "path": str(fitted)}}
+    assert resolve(scenario).scheduler.num_blocks == resolve(by_path).scheduler.num_blocks

@@ -21,6 +21,7 @@ from simulator.yaml_file import read_yaml_file
 __all__ = [
     "HardwareSpec",
     "ModelSpec",
+    "activation_peak_bytes",
     "configs_dir",
     "derive_num_blocks",
     "list_presets",
@@ -242,28 +243,60 @@ def load_hardware(name_or_path: str) -> HardwareSpec:
     return load_yaml_model(resolve_preset("hardware", name_or_path), HardwareSpec)
 
 
+def activation_peak_bytes(
+    model: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int
+) -> int:
+    """Per-GPU peak of the activations vLLM's start-up memory profile measures: a forward
+    pass of ``max_num_batched_tokens`` tokens, then the sampler's warm-up on
+    ``min(max_num_seqs, max_num_batched_tokens)`` rows of logits (``profile_run``). The larger
+    of the two, since the forward pass frees its intermediates before sampling:
+
+    - forward: per token, the residual stream and hidden states (``2 h``), and the largest
+      layer's transients alive at once: QKV output, the MLP's gate/up output and its
+      activation (``(q + 2 kv) d_h / tp + 3 I / tp``), in the model's dtype;
+    - sampler: per row of the full vocabulary (the LM head all-gathers it), the logits in the
+      model's dtype and, as vLLM's PyTorch top-k/top-p path keeps them at once, float32
+      logits, sorted values, softmax and cumulative sums (4 x 4 bytes) and int64 sort indices
+      (8 bytes); plus the kept hidden states of the forward pass.
+
+    Memory vLLM allocates outside PyTorch (cuBLAS and attention workspaces, NCCL buffers) and
+    CUDA graphs are not counted: docs/cost_models.md compares the result with a real run."""
+    m, d = model, model.dtype_bytes
+    qkv = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim // tp
+    forward = max_num_batched_tokens * d * (2 * m.hidden_size + qkv + 3 * m.intermediate_size // tp)
+    rows = min(max_num_seqs, max_num_batched_tokens)
+    sampler = rows * m.vocab_size * (d + 4 * 4 + 8)
+    return max(forward, sampler + max_num_batched_tokens * m.hidden_size * d)
+
+
 def derive_num_blocks(
     model: ModelSpec,
     hw: HardwareSpec,
     tp: int,
     block_size: int,
     gpu_memory_utilization: float = 0.9,
+    *,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
 ) -> int:
-    """KV-cache blocks that fit after the weights, as vLLM sizes its cache.
+    """KV-cache blocks that fit after the weights and the activation peak, as vLLM sizes its
+    cache: per GPU, ``gpu_memory_utilization`` x memory - the weights' shard - the activation
+    peak of a ``max_num_batched_tokens`` step (``activation_peak_bytes``, when both budgets
+    are given), divided by a block's bytes on one GPU (its share of the KV heads).
 
-    Weights and KV heads are both sharded over the ``tp`` GPUs, so the per-GPU count equals
-    (total usable memory - total weights) / (full KV bytes per block). Activation memory and
-    KV-head replication when ``tp > num_kv_heads`` are ignored.
-    """
+    Weights and KV heads are both sharded over the ``tp`` GPUs; KV-head replication when
+    ``tp > num_kv_heads`` is ignored."""
     if tp < 1:
         raise InputError(f"tp must be >= 1, got {tp}")
     if block_size < 1:
         raise InputError(f"block_size must be >= 1, got {block_size}")
     if not 0.0 < gpu_memory_utilization <= 1.0:
         raise InputError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    usable = hw.memory_bytes * gpu_memory_utilization * tp
-    free = usable - model.weight_bytes
-    blocks = math.floor(free / (model.kv_bytes_per_token * block_size))
+    activations = 0
+    if max_num_batched_tokens is not None and max_num_seqs is not None:
+        activations = activation_peak_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
+    free = hw.memory_bytes * gpu_memory_utilization - model.weight_bytes / tp - activations
+    blocks = math.floor(free / (model.kv_bytes_per_token / tp * block_size))
     if blocks <= 0:
         raise InputError(
             f"model {model.name} ({model.weight_bytes / 1e9:.1f} GB of weights) leaves no room "

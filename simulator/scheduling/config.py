@@ -20,11 +20,13 @@ class SchedulerConfig(BaseModel):
     max_num_seqs: int = Field(ge=1)
     """Most sequences running at once (an admission limit only)."""
     num_blocks: int | None = Field(default=None, ge=1)
-    """KV-cache blocks; omit to derive them from GPU memory (needs a roofline or fitted model)."""
+    """KV-cache blocks; omit to derive them from GPU memory as vLLM does (needs a roofline,
+    fitted or profiled cost model): memory x ``gpu_memory_utilization`` - weights - the
+    activation peak of a ``max_num_batched_tokens`` step."""
     block_size: int = Field(default=16, ge=1)
     """Tokens per KV block."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    """Share of GPU memory for weights + KV when ``num_blocks`` is derived."""
+    """Share of GPU memory for weights, activations and KV when ``num_blocks`` is derived."""
     enable_prefix_caching: bool | None = None
     """Reuse the KV of full blocks whose tokens an earlier request already computed (needs
     token identity in the workload to hit anything but a request's own blocks after a
