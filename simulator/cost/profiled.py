@@ -147,13 +147,11 @@ class ProfiledCostModel(CostModel):
         attn = self._attn
         if attn is None:
             return []
-        kvds = sorted({k for k in attn.decode_contexts() if k > 0})
-        top = int(attn.bounds[2][1])
-        rows: list[Curve | None] = [None]
-        for n in range(1, top + 1):
-            ys = [self.num_layers * attn.at(0, 0, n, k) for k in kvds]
-            rows.append(Curve(kvds, ys))
-        return rows
+        kvds = [k for k in attn.decode_contexts() if k > 0]
+        if not kvds:
+            return []
+        table = self.num_layers * attn.decode_table(kvds, int(attn.bounds[2][1]))
+        return [None, *(Curve(kvds, row.tolist()) for row in table[1:])]
 
     def _profiled_limits(self) -> tuple[float, ...]:
         """Largest profiled tokens, sequences and attention axes (beyond: extrapolation)."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from simulator.cost.profiles.curve import Curve
 
 
@@ -86,6 +88,23 @@ class AttentionTable:
         if not self.pcs or self.pcs[0] != 0:
             return []
         return sorted({x for s in self._slices[0] for row in s.rows for x in row.xs})
+
+    def decode_table(self, contexts: list[float], top: int) -> np.ndarray:
+        """``at(0, 0, n, k)`` for every ``n`` in 0..top (row 0: zeros) and ``k`` in
+        ``contexts``, at once: the pure-decode slices at those contexts, then linear in ``n``
+        between (and beyond) the profiled decode counts, as ``at`` does."""
+        points = np.asarray(contexts, dtype=np.float64)
+        nds = np.asarray(self._nds[0])
+        rows = np.array([np.array([s.at(0, k) for k in contexts]) for s in self._slices[0]])
+        n = np.arange(top + 1, dtype=np.float64)
+        hi = np.clip(np.searchsorted(nds, n, side="left"), 1, len(nds) - 1)
+        lo = hi - 1
+        exact = nds[np.minimum(np.searchsorted(nds, n), len(nds) - 1)] == n
+        weight = ((n - nds[lo]) / (nds[hi] - nds[lo]))[:, None]
+        table = rows[lo] + (rows[hi] - rows[lo]) * weight
+        table[exact] = rows[np.searchsorted(nds, n[exact])]
+        table[0] = 0.0
+        return np.maximum(table, 0.0) if len(points) else table
 
     def outside(self, pc: float, kvp: float, nd: float, kvd: float) -> str | None:
         """Which axis a query leaves the profiled range on (None: inside)."""
