@@ -36,12 +36,26 @@ GOLDEN_KEYS = [
 ]
 
 
+LLMSERVINGSIM = "data/llmservingsim/"
+"""Where ``servesim fetch llmservingsim`` saves the real runs; ../shared/data/llmservingsim/
+holds the same files in the same layout."""
+
+
 def shortened(path: Path) -> list[str]:
     """``--set`` overrides that keep a scenario's shape but cut it to a few hundred requests."""
     data = yaml.safe_load(path.read_text())
     trace = data["workload"].get("trace")
     if trace is None:
         return ["--set", "workload.num_requests=300"]
+    if trace["path"].startswith(LLMSERVINGSIM):  # a real run (300 requests) and its profile
+        here = DATA / "llmservingsim"
+        profile = data["cost_model"]["profile"].removeprefix(LLMSERVINGSIM)
+        return [
+            "--set",
+            f"workload.trace.path={here / trace['path'].removeprefix(LLMSERVINGSIM)}",
+            "--set",
+            f"cost_model.profile={here / profile}",
+        ]
     name = Path(trace["path"]).name
     assert name in TRACE_COPIES, f"{path.name}: add its trace {name} to TRACE_COPIES"
     copy = DATA / TRACE_COPIES[name]

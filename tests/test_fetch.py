@@ -29,6 +29,7 @@ from simulator.workload.datasets import (
     groups,
     select,
 )
+from simulator.workload.llmservingsim_files import FILES as LLMSERVINGSIM_FILES
 from simulator.workload.traces import read_trace
 from tests.paths import DATA, ROOT
 
@@ -42,6 +43,8 @@ COPIES = {
     "vidur-a100-llama2-7b-mlp": "vidur_a100_llama2-7b_mlp.csv",
     "vidur-h100-llama2-7b-mlp": "vidur_h100_llama2-7b_mlp.csv",
     "vidur-a100-llama3-8b-mlp": "vidur_a100_llama3-8b_mlp.csv",
+    # LLMServingSim's validation runs keep their layout under llmservingsim/
+    **{f"llmservingsim:{dest}": f"llmservingsim/{dest}" for dest, *_ in LLMSERVINGSIM_FILES},
 }
 TRACES = ["azure-conv", "azure-code", "mooncake-conv"]
 
@@ -113,14 +116,25 @@ def test_every_entry_matches_its_shared_copy_byte_for_byte() -> None:
         assert len(entry.commit) == 40 and len(entry.sha256) == 64
 
 
-def test_the_trace_scenarios_read_what_fetch_traces_writes() -> None:
+def test_the_trace_scenarios_read_what_fetch_writes() -> None:
+    """The trace scenarios read the traces group, the real-* ones LLMServingSim's runs, and
+    each says which fetch gets its files."""
     trace_dests = {(DEFAULT_DEST / DATASETS[n].dest).as_posix() for n in TRACES}
+    fetched = {(DEFAULT_DEST / e.dest).as_posix(): e.group for e in DATASETS.values()}
     read = set()
     for path in (ROOT / "scenarios").glob("*.yaml"):
-        trace = yaml.safe_load(path.read_text())["workload"].get("trace")
-        if trace is not None:
+        data = yaml.safe_load(path.read_text())
+        trace = data["workload"].get("trace")
+        if trace is None:
+            continue
+        group = fetched.get(trace["path"])
+        assert group in ("traces", "llmservingsim"), (path.name, trace["path"])
+        assert f"servesim fetch {group}" in path.read_text(), path.name
+        if group == "traces":
             read.add(trace["path"])
-            assert "servesim fetch traces" in path.read_text(), path.name
+        else:  # the operator profile is fetched with the run
+            profile = data["cost_model"]["profile"]
+            assert f"{profile}/meta.yaml" in fetched, path.name
     assert read == trace_dests
 
 

@@ -20,7 +20,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "names",
         nargs="*",
         metavar="NAME",
-        help="file, group (traces, lengths, profiles) or all; default: traces",
+        help="file, group (traces, lengths, profiles, llmservingsim) or all; default: traces",
     )
     p.add_argument("--dest", default="data", help="base folder of the files (default: data)")
     p.add_argument(
@@ -41,10 +41,11 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Download public traces and profiles, pinned to a commit and verified by sha256.
 
-    NAME is a file, a group (traces, lengths, profiles) or all; no NAME means traces, the files
-    the trace scenarios read. Files already present with the right sha256 are not downloaded
-    again. The source is raw.githubusercontent.com, or a mirror laid out as
-    BASE/OWNER/REPO/COMMIT/PATH named by --base-url or $SERVESIM_DATA_URL (file:// works).
+    NAME is a file, a group (traces, lengths, profiles, llmservingsim) or all; no NAME means
+    traces, the files the trace scenarios read (the real-* scenarios read llmservingsim). Files
+    already present with the right sha256 are not downloaded again. The source is
+    raw.githubusercontent.com, or a mirror laid out as BASE/OWNER/REPO/COMMIT/PATH named by
+    --base-url or $SERVESIM_DATA_URL (file:// works).
     """
     from simulator.workload.datasets import fetch, format_listing, select
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from simulator.errors import InputError, reason_of
+from simulator.workload import llmservingsim_files as lss
 
 __all__ = [
     "BASE_URL_ENV",
@@ -69,7 +70,7 @@ class DataFile:
     name: str
     """Registry key, as given to ``servesim fetch``."""
     group: str
-    """Selection that includes it: ``traces``, ``lengths`` or ``profiles``."""
+    """Selection that includes it: ``traces``, ``lengths``, ``profiles`` or ``llmservingsim``."""
     repo: str
     """GitHub ``owner/name``."""
     commit: str
@@ -191,6 +192,7 @@ DATASETS: dict[str, DataFile] = {
             dest="profiles/vidur_a100_llama3-8b_mlp.csv",
             license="MIT",
         ),
+        *lss.entries(DataFile),  # LLMServingSim's validation runs
     )
 }
 """Every downloadable file, by name."""
