@@ -13,6 +13,7 @@ import simulator
 import simulator.runner
 from simulator.engine.recorder import Recorder
 from simulator.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+from tests.paths import DATA
 
 
 def scenario(**over: Any) -> dict[str, Any]:
@@ -231,6 +232,26 @@ VLLM = dict(scenario()["scheduler"], policy="vllm-v1")
                 "output_len": {"dist": "uniform", "low": 1, "high": 64},
             },
         },
+        {  # operator profiles measured on an RTX 4090 (no skew table: sums suffice)
+            "cost_model": {
+                "type": "profiled",
+                "profile": str(DATA / "llmservingsim" / "profiles" / "RTX4090" / "Llama-3.1-8B"),
+                "model": "llama-3.1-8b",
+                "hardware": "rtx-4090",
+            }
+        },
+        {  # per-step CPU time, overlapped: some steps are CPU-bound, some GPU-bound
+            "cost_model": {"type": "linear", "base_ms": 2, "per_token_ms": 0.05},
+            "serving": {"step_cpu_ms": 3, "step_cpu_per_seq_us": 40, "async_scheduling": True},
+        },
+        {  # per-step CPU time in sequence with the GPU's, front-end and response delays
+            "serving": {
+                "frontend_delay_ms": 7,
+                "step_cpu_ms": 1.5,
+                "async_scheduling": False,
+                "response_delay_ms": 2,
+            },
+        },
         {"scheduler": VLLM},
         {"scheduler": dict(VLLM, enable_prefix_caching=False)},
         {"scheduler": dict(VLLM, priority_policy="priority"), "workload": SHARED_CHATS},
@@ -246,6 +267,9 @@ VLLM = dict(scenario()["scheduler"], policy="vllm-v1")
         "roofline",
         "fitted",
         "ties",
+        "profiled",
+        "cpu-overlapped",
+        "cpu-serial",
         "vllm-v1",
         "vllm-v1-no-cache",
         "vllm-v1-priority-chats",

@@ -1,0 +1,87 @@
+"""Serving overheads (scenario ``serving:``): the front end's delay before the engine queue,
+the CPU's per-step time overlapped with the GPU's or not, and the response delay, each moving
+exactly the timestamps docs/metrics.md says it moves."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import simulator
+
+ONE_REQUEST: dict[str, Any] = {
+    "name": "serving",
+    "scheduler": {"max_num_batched_tokens": 64, "max_num_seqs": 4, "num_blocks": 64},
+    # a prefill of 40 tokens takes 5 + 40 * 0.1 = 9 ms, a decode 5.1 ms
+    "cost_model": {"type": "linear", "base_ms": 5, "per_token_ms": 0.1},
+    "workload": {
+        "num_requests": 1,
+        "arrival": {"process": "constant", "rate": 1},
+        "prompt_len": {"dist": "fixed", "value": 40},
+        "output_len": {"dist": "fixed", "value": 3},
+    },
+}
+
+
+def run(**serving: Any) -> pd.DataFrame:
+    cfg = copy.deepcopy(ONE_REQUEST)
+    cfg["serving"] = serving
+    return simulator.run(cfg).requests
+
+
+def test_defaults_are_the_engine_alone() -> None:
+    plain = simulator.run(copy.deepcopy(ONE_REQUEST)).requests
+    zeros = run(frontend_delay_ms=0, step_cpu_ms=0, response_delay_ms=0)
+    pd.testing.assert_frame_equal(plain, zeros, check_exact=True)
+    row = plain.iloc[0]
+    assert row.queued_s == row.arrival_s == 0.0 and row.response_s == row.finish_s
+    assert row.ttft_s == pytest.approx(0.009) and row.e2e_s == pytest.approx(0.009 + 2 * 0.0051)
+
+
+def test_frontend_delay_moves_the_engine_queue_and_counts_in_ttft_and_e2e() -> None:
+    base, late = run().iloc[0], run(frontend_delay_ms=12).iloc[0]
+    assert late.queued_s == pytest.approx(0.012) and late.arrival_s == 0.0
+    for col in ("first_scheduled_s", "first_token_s", "finish_s", "ttft_s", "e2e_s"):
+        assert late[col] == pytest.approx(base[col] + 0.012, abs=1e-12), col
+    assert late.tpot_s == pytest.approx(base.tpot_s, abs=1e-12)
+
+
+def test_response_delay_counts_in_ttft_and_e2e_not_tpot() -> None:
+    base, slow = run().iloc[0], run(response_delay_ms=3).iloc[0]
+    assert slow.finish_s == base.finish_s and slow.first_token_s == base.first_token_s
+    assert slow.response_s == pytest.approx(slow.finish_s + 0.003, abs=1e-12)
+    assert slow.ttft_s == pytest.approx(base.ttft_s + 0.003, abs=1e-12)
+    assert slow.e2e_s == pytest.approx(base.e2e_s + 0.003, abs=1e-12)
+    assert slow.tpot_s == base.tpot_s
+
+
+@pytest.mark.parametrize(
+    ("cpu_ms", "overlap", "want_ms"),
+    [
+        (2.0, True, [9.0, 5.1, 5.1]),  # the GPU's time hides the CPU's
+        (7.0, True, [9.0, 7.0, 7.0]),  # CPU-bound decodes
+        (2.0, False, [11.0, 7.1, 7.1]),  # without async scheduling, one after the other
+    ],
+)
+def test_step_cpu_time_overlapped_or_in_sequence(
+    cpu_ms: float, overlap: bool, want_ms: list[float]
+) -> None:
+    cfg = copy.deepcopy(ONE_REQUEST)
+    cfg["serving"] = {"step_cpu_ms": cpu_ms, "async_scheduling": overlap}
+    steps = simulator.run(cfg).steps
+    np.testing.assert_allclose(steps["duration_s"] * 1e3, want_ms, rtol=1e-12)
+
+
+def test_per_sequence_cpu_time_grows_with_the_batch() -> None:
+    cfg = copy.deepcopy(ONE_REQUEST)
+    cfg["workload"]["num_requests"] = 4
+    cfg["workload"]["arrival"] = {"process": "constant", "rate": 1e9}  # all at once
+    cfg["serving"] = {"step_cpu_per_seq_us": 1000, "async_scheduling": False}
+    steps = simulator.run(cfg).steps
+    plain = simulator.run(ONE_REQUEST | {"workload": cfg["workload"]}).steps
+    extra = (steps["duration_s"] - plain["duration_s"]).to_numpy()
+    np.testing.assert_allclose(extra, steps["num_seqs"].to_numpy() * 1e-3, rtol=1e-9)
