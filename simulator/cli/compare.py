@@ -28,6 +28,9 @@ def run(args: argparse.Namespace) -> int:
     from simulator.validation.compare import compare, format_table, simulated
     from simulator.validation.measured import guess_format, read_measured
 
+    for flag, target in (("--json", args.json), ("--plot", args.plot)):
+        if target and not Path(target).parent.is_dir():  # fail before any work
+            raise InputError(f"{flag} {target}: folder {Path(target).parent} does not exist")
     fmt = args.format or guess_format(args.measured)
     meas = read_measured(args.measured, fmt)  # a bad file fails before anything is simulated
     requests, summary, label, folder = _simulation(args.sim)
@@ -73,8 +76,6 @@ def _simulation(sim: str) -> tuple[Any, dict[str, Any], str, Path | None]:
 
 def _write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
-    if not path.parent.is_dir():
-        raise InputError(f"--json {path}: folder {path.parent} does not exist")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         tmp.write_text(text)
