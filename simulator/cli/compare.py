@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"{flag} {target}: folder {Path(target).parent} does not exist")
     fmt = args.format or guess_format(args.measured)
     meas = read_measured(args.measured, fmt)  # a bad file fails before anything is simulated
-    requests, summary, label, folder = _simulation(args.sim)
+    requests, summary, label, folder = _simulation(args.sim, args.set)
     sim = simulated(requests, summary, meas.reference, label)
     metrics = compare(sim, meas)
     since = "the engine queue" if meas.reference == "queued" else "arrival"
@@ -54,10 +54,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _simulation(sim: str) -> tuple[Any, dict[str, Any], str, Path | None]:
-    """(requests, summary, label, run folder or None) of a run folder or a scenario."""
+def _simulation(sim: str, overrides: list[str]) -> tuple[Any, dict[str, Any], str, Path | None]:
+    """(requests, summary, label, run folder or None) of a run folder or a scenario (with
+    its ``--set`` overrides)."""
     path = Path(sim)
     if path.is_dir():
+        if overrides:
+            raise InputError(f"--set applies to a scenario, and {sim} is a run folder")
         table = path / "requests.parquet"
         if not table.is_file():
             raise InputError(f"{sim}: not a servesim run folder (no requests.parquet)")
@@ -68,9 +71,10 @@ def _simulation(sim: str) -> tuple[Any, dict[str, Any], str, Path | None]:
         return pd.read_parquet(table), summary, str(path), path
     if not path.is_file():
         raise InputError(f"{sim}: no such run folder or scenario file")
+    from simulator.config import load_scenario, parse_overrides
     from simulator.runner import run as simulate
 
-    result = simulate(path, progress=None)
+    result = simulate(load_scenario(path, parse_overrides(overrides)), progress=None)
     return result.requests, result.summary, str(path), None
 
 
@@ -104,4 +108,11 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON (seconds)")
     p.add_argument("--plot", metavar="FILE", help="write the CDF figure here")
     p.add_argument("--no-plot", action="store_true", help="draw no figure")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key of a SIM scenario, e.g. --set scheduler.max_num_seqs=64",
+    )
     return p
