@@ -195,3 +195,27 @@ def _csv(file: Path) -> MeasuredRun:
         output_len=None,
         reference="arrival",
     )
+
+
+_SUMMARY_ROWS = {"TTFT": "ttft", "TPOT": "tpot", "Latency": "e2e"}
+_SUMMARY_STATS = {"Mean": "mean", "Median": "p50", "P90": "p90", "P99": "p99"}
+
+
+def read_llmservingsim_summary(path: str | Path) -> dict[str, dict[str, float]]:
+    """LLMServingSim's own sim-vs-real errors (``validation/summary.txt`` of a bench run):
+    ``{metric: {stat: signed error %}}`` for TTFT, TPOT and E2E (its "Latency")."""
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"{path}: file not found")
+    out: dict[str, dict[str, float]] = {}
+    for line_no, line in enumerate(_lines(file), start=1):
+        parts = line.split()
+        if len(parts) == 5 and parts[0] in _SUMMARY_ROWS and parts[1] in _SUMMARY_STATS:
+            try:
+                error = float(parts[4].rstrip("%"))
+            except ValueError:
+                raise InputError(f"{file}:{line_no}: {parts[4]!r} is not a percentage") from None
+            out.setdefault(_SUMMARY_ROWS[parts[0]], {})[_SUMMARY_STATS[parts[1]]] = error
+    if len(out) != 3 or any(len(v) != 4 for v in out.values()):
+        raise InputError(f"{file}: not an LLMServingSim validation summary")
+    return out

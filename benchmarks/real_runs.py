@@ -1,0 +1,74 @@
+"""Replay LLMServingSim's two real vLLM runs (scenarios/real-*.yaml) against their
+measurements, time each whole replay, and write the end-to-end table at the top of
+docs/fidelity.md (between its END-TO-END markers) from ../shared/data.
+
+    .venv/bin/python benchmarks/real_runs.py            # table + timings
+    .venv/bin/python benchmarks/real_runs.py --check    # exit 1 if docs/fidelity.md is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from simulator.validation.real_runs import (  # noqa: E402
+    RUNS,
+    end_to_end_table,
+    replace_between_markers,
+)
+
+DATA = ROOT.parent / "shared" / "data"
+DOC = ROOT / "docs" / "fidelity.md"
+
+
+def time_replays(repeat: int) -> None:
+    """Best-of-``repeat`` wall time of one whole ``servesim compare SCENARIO MEASURED``
+    process (start-up, imports, profile, simulation, comparison; with and without the
+    figure), run where ``data/llmservingsim`` is the shared copy, as after ``servesim fetch
+    llmservingsim``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "data").mkdir()
+        (Path(tmp) / "data" / "llmservingsim").symlink_to(DATA / "llmservingsim")
+        for run in RUNS:
+            args = [
+                str(ROOT / ".venv" / "bin" / "servesim"),
+                "compare",
+                str(ROOT / "scenarios" / f"{run.scenario}.yaml"),
+                f"data/llmservingsim/{run.measured}",
+            ]
+            for extra in ([], ["--plot", f"{tmp}/figure.png"]):
+                best = float("inf")
+                for _ in range(repeat):
+                    t0 = time.perf_counter()
+                    subprocess.run([*args, *extra], check=True, capture_output=True, cwd=tmp)
+                    best = min(best, time.perf_counter() - t0)
+                label = f"{run.scenario}{' + figure' if extra else ''}"
+                print(f"{label}: {best:.2f} s (best of {repeat})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="only check docs/fidelity.md")
+    parser.add_argument("--repeat", type=int, default=5, help="timing repeats")
+    args = parser.parse_args()
+    table = end_to_end_table(DATA / "llmservingsim")
+    text = DOC.read_text()
+    new = replace_between_markers(text, table)
+    if args.check:
+        print("docs/fidelity.md is current" if new == text else "docs/fidelity.md is stale")
+        return int(new != text)
+    DOC.write_text(new)
+    print(table)
+    time_replays(args.repeat)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The real runs servesim is validated against (``scenarios/real-*.yaml``: LLMServingSim's vLLM
+0.19 runs, fetched with ``servesim fetch llmservingsim``): each replayed and compared with its
+measurement and with LLMServingSim's own error, as the end-to-end table of docs/fidelity.md."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.validation.compare import STATS, compare, simulated
+from simulator.validation.measured import read_llmservingsim_summary, read_measured
+
+DATA_PREFIX = "data/llmservingsim/"
+"""Where the scenarios read the runs (``servesim fetch llmservingsim``'s destination)."""
+BEGIN, END = "<!-- BEGIN END-TO-END -->", "<!-- END END-TO-END -->"
+
+
+@dataclass(frozen=True)
+class RealRun:
+    """A measured run and the scenario that replays it."""
+
+    name: str
+    scenario: str
+    """``scenarios/<scenario>.yaml``."""
+    folder: str
+    """The run's folder under ``data/llmservingsim/runs/``."""
+
+    @property
+    def measured(self) -> str:
+        """The measured requests, relative to the ``llmservingsim`` data folder."""
+        return f"runs/{self.folder}/requests.jsonl"
+
+
+RUNS = (
+    RealRun("RTX 4090", "real-rtx4090-llama31-8b", "RTX4090/Llama-3.1-8B"),
+    RealRun("RTX PRO 6000", "real-rtxpro6000-llama31-8b", "RTXPRO6000/Llama-3.1-8B"),
+)
+
+
+def data_overrides(scenario: dict[str, Any], data_dir: Path) -> dict[str, Any]:
+    """``--set`` overrides pointing a real-run scenario's files into ``data_dir`` (a folder
+    laid out as ``data/llmservingsim/``, e.g. ../shared/data/llmservingsim)."""
+    out = {}
+    for key, value in (
+        ("workload.trace.path", scenario["workload"]["trace"]["path"]),
+        ("cost_model.profile", scenario["cost_model"]["profile"]),
+    ):
+        out[key] = str(data_dir / value.removeprefix(DATA_PREFIX))
+    return out
+
+
+def replay(run: RealRun, root: Path, data_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(servesim's comparison, LLMServingSim's errors) of ``run``: its scenario under
+    ``root/scenarios`` simulated on the files in ``data_dir``."""
+    from simulator.config import load_scenario, read_yaml
+    from simulator.runner import run as simulate
+
+    path = root / "scenarios" / f"{run.scenario}.yaml"
+    cfg = load_scenario(path, data_overrides(read_yaml(path), data_dir))
+    result = simulate(cfg)
+    meas = read_measured(data_dir / run.measured, "llmservingsim")
+    metrics = compare(simulated(result.requests, result.summary, meas.reference, run.name), meas)
+    theirs = read_llmservingsim_summary(
+        data_dir / "runs" / run.folder / "llmservingsim_summary.txt"
+    )
+    return metrics, theirs
+
+
+def end_to_end_table(data_dir: Path, root: Path | None = None) -> str:
+    """The markdown table: per run, metric and statistic, the measurement, servesim's
+    figure and error, and LLMServingSim's error."""
+    root = root or Path(__file__).resolve().parents[2]
+    lines = [
+        "| run | metric | stat | measured | servesim | servesim error | LLMServingSim error |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for run in RUNS:
+        metrics, theirs = replay(run, root, data_dir)
+        for metric in ("ttft", "tpot", "e2e"):
+            for stat in STATS:
+                row = metrics[metric][stat]
+                unit, scale = ("s", 1.0) if metric != "tpot" else ("ms", 1e3)
+                lines.append(
+                    f"| {run.name} | {metric.upper()} | {stat} "
+                    f"| {row['measured'] * scale:,.{1 if unit == 's' else 1}f} {unit} "
+                    f"| {row['simulated'] * scale:,.1f} {unit} | {row['error_pct']:+.1f}% "
+                    f"| {theirs[metric][stat]:+.1f}% |"
+                )
+    return "\n".join(lines)
+
+
+def replace_between_markers(text: str, table: str) -> str:
+    """``text`` with what lies between the END-TO-END markers replaced by ``table``."""
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        raise ValueError("docs/fidelity.md has no END-TO-END markers")
+    return pattern.sub(lambda _: f"{BEGIN}\n{table}\n{END}", text)

@@ -1,0 +1,76 @@
+"""The two real vLLM runs (scenarios/real-*.yaml against ../shared/data/llmservingsim): the
+scenarios carry the runs' budgets, the KV budget derived like vLLM's is checked against the
+4090's recorded one, each replay's errors are held to bounds, and docs/fidelity.md's table is
+what the replays give."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from simulator.config import load_scenario
+from simulator.runner import resolve
+from simulator.validation.real_runs import (
+    RUNS,
+    RealRun,
+    data_overrides,
+    end_to_end_table,
+    replace_between_markers,
+    replay,
+)
+from tests.paths import DATA, ROOT
+
+LSS = DATA / "llmservingsim"
+
+# Worst |error| per run, in percent, as the replays stand with the spec policy and no prefix
+# cache. The target (issue 11) is 5% on every figure and never 2 points worse than
+# LLMServingSim's own error; docs/fidelity.md measures that servesim meets it on the 4090 and on
+# all but the PRO 6000's TTFT p50 once the vllm-v1 policy and prefix cache are used.
+WORST = {"RTX 4090": 9.6, "RTX PRO 6000": 6.0}
+
+
+def _scenario(name: str) -> dict:
+    return yaml.safe_load((ROOT / "scenarios" / f"{name}.yaml").read_text())
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[r.scenario for r in RUNS])
+def test_scenarios_carry_the_runs_budgets(run: RealRun) -> None:
+    meta = json.loads((LSS / "runs" / run.folder / "meta.json").read_text())
+    sched = _scenario(run.scenario)["scheduler"]
+    kwargs = meta["engine_kwargs"]
+    assert sched["max_num_seqs"] == kwargs["max_num_seqs"]
+    assert sched["max_num_batched_tokens"] == kwargs["max_num_batched_tokens"]
+    recorded = meta.get("kv_cache", {}).get("num_gpu_blocks")
+    assert sched.get("num_blocks") == recorded  # the 4090's 2,588; derived where unrecorded
+    if "kv_cache" in meta:
+        assert sched["block_size"] == meta["kv_cache"]["block_size"]
+
+
+def test_derived_kv_budget_against_vllms_on_the_rtx_4090() -> None:
+    path = ROOT / "scenarios" / "real-rtx4090-llama31-8b.yaml"
+    over = data_overrides(_scenario("real-rtx4090-llama31-8b"), LSS)
+    cfg = load_scenario(path, {**over, "scheduler.num_blocks": None})
+    derived = resolve(cfg).scheduler.num_blocks
+    meta = json.loads((LSS / "runs" / "RTX4090" / "Llama-3.1-8B" / "meta.json").read_text())
+    recorded = meta["kv_cache"]["num_gpu_blocks"]
+    assert recorded == 2588 and derived == 2763  # +6.8% (docs/cost_models.md)
+    assert abs(derived / recorded - 1) < 0.07
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[r.scenario for r in RUNS])
+def test_replay_errors_within_bounds(run: RealRun) -> None:
+    metrics, theirs = replay(run, ROOT, LSS)
+    assert list(metrics) == ["ttft", "tpot", "e2e"]
+    errors = {(m, s): row["error_pct"] for m, by in metrics.items() for s, row in by.items()}
+    assert len(errors) == 12 and len(theirs) == 3
+    worst = max(abs(e) for e in errors.values())
+    assert worst <= WORST[run.name], errors
+
+
+def test_fidelity_doc_table_is_what_the_replays_give() -> None:
+    doc = (ROOT / "docs" / "fidelity.md").read_text()
+    assert replace_between_markers(doc, end_to_end_table(LSS)) == doc, (
+        "docs/fidelity.md is stale: run benchmarks/real_runs.py"
+    )
