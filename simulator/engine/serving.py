@@ -30,7 +30,7 @@ class ServingConfig(BaseModel):
     """CPU time per scheduled sequence of a step (its share of the same work), microseconds."""
     async_scheduling: bool = True
     """The CPU prepares a step while the GPU runs the previous one (vLLM's async scheduling,
-    on by default since vLLM 0.11): a step takes ``max(GPU, CPU)``; False: ``GPU + CPU``."""
+    vLLM 0.19's default): a step takes ``max(GPU, CPU)``; False: ``GPU + CPU``."""
     response_delay_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """From a token's sampling at the end of a step to the client receiving it
     (detokenization, output processing, streaming), ms. Counts in TTFT and E2E, not in TPOT."""
