@@ -85,3 +85,17 @@ def test_per_sequence_cpu_time_grows_with_the_batch() -> None:
     plain = simulator.run(ONE_REQUEST | {"workload": cfg["workload"]}).steps
     extra = (steps["duration_s"] - plain["duration_s"]).to_numpy()
     np.testing.assert_allclose(extra, steps["num_seqs"].to_numpy() * 1e-3, rtol=1e-9)
+
+
+def test_delays_with_a_closed_loop_are_refused_in_one_line() -> None:
+    from simulator.config import validate
+    from simulator.errors import InputError
+
+    cfg = copy.deepcopy(ONE_REQUEST)
+    cfg["workload"]["max_concurrency"] = 2
+    cfg["serving"] = {"frontend_delay_ms": 5}
+    with pytest.raises(InputError, match="not supported with workload.max_concurrency") as exc:
+        validate(cfg, "s.yaml")
+    assert "\n" not in str(exc.value)
+    cfg["serving"] = {"step_cpu_ms": 1}  # per-step CPU time is the engine's own: fine
+    validate(cfg, "s.yaml")
