@@ -9,6 +9,7 @@ docs/fidelity.md (between its END-TO-END markers) from ../shared/data.
 from __future__ import annotations
 
 import argparse
+import resource
 import subprocess
 import sys
 import tempfile
@@ -44,13 +45,17 @@ def time_replays(repeat: int) -> None:
                 f"data/llmservingsim/{run.measured}",
             ]
             for extra in ([], ["--plot", f"{tmp}/figure.png"]):
-                best = float("inf")
+                best, cpu = float("inf"), float("inf")
                 for _ in range(repeat):
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
                     t0 = time.perf_counter()
                     subprocess.run([*args, *extra], check=True, capture_output=True, cwd=tmp)
                     best = min(best, time.perf_counter() - t0)
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    used = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+                    cpu = min(cpu, used)
                 label = f"{run.scenario}{' + figure' if extra else ''}"
-                print(f"{label}: {best:.2f} s (best of {repeat})")
+                print(f"{label}: {best:.2f} s wall, {cpu:.2f} s CPU (best of {repeat})")
 
 
 def main() -> int:
