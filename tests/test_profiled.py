@@ -141,14 +141,31 @@ def test_tp_adds_two_ring_allreduces_per_layer() -> None:
     assert tp1._comm == (0.0, 0.0)
 
 
-def test_tp_without_bandwidth_is_one_line(tmp_path: Path) -> None:
+def test_tp_without_a_link_leaves_the_allreduces_out_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     hw = tmp_path / "gpu.yaml"
     hw.write_text(
         "name: gpu\nsource: test\npeak_flops: 1e14\nhbm_bandwidth: 1e12\n"
         "memory_bytes: 90000000000\n"
     )
-    with pytest.raises(InputError, match="interconnect_bandwidth.*tp=2"):
-        profiled(PRO6000, hardware=str(hw), tp=2)
+    capsys.readouterr()
+    model = profiled(PRO6000, hardware=str(hw), tp=2)
+    assert model._comm == (0.0, 0.0)
+    err = capsys.readouterr().err
+    assert "tp=2" in err and "all-reduces are left out" in err and len(err.splitlines()) == 1
+
+
+def test_a_bundle_without_attention_prices_it_by_the_roofline(bundle: Path) -> None:
+    (bundle / "tp1" / "attention.csv").unlink()
+    model = profiled(bundle)
+    assert model._attn is None and model.times_decodes_from_sums
+    short, long_ = (
+        model.step_time(Batch.uniform(8, 1, 100)),
+        model.step_time(Batch.uniform(8, 1, 9000)),
+    )
+    assert long_ > short > 0
+    assert model.decode_time(8, 800) == model.step_time(Batch.uniform(8, 1, 100))
 
 
 def test_skew_correction_slows_mixed_contexts_and_turns_off_the_fast_path() -> None:

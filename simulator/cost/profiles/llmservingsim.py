@@ -110,7 +110,9 @@ def _per_sequence(path: Path) -> dict[str, Curve]:
     return _curves(path, "sequences", PER_SEQUENCE)
 
 
-def _attention(path: Path) -> AttentionTable:
+def _attention(path: Path) -> AttentionTable | None:
+    if not path.exists():  # the roofline prices attention then
+        return None
     axes = ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode")
     cols, lines = read_columns(path, {**{a: "int" for a in axes}, "time_us": "float"})
     keys = list(zip(*(cols[a] for a in axes), strict=True))
