@@ -174,26 +174,24 @@ class ProfiledCostModel(CostModel):
             if skew is None or num_seqs < 2:
                 return self.decode_time(num_seqs, context)
             mean = context / num_seqs
+            longest = max(ctx)
             t_mean = self._decode_attention(num_seqs, mean, context)
-            t_max = self._decode_attention(num_seqs, max(ctx), max(ctx) * num_seqs)
-            extra = self._skewed(0, 0, num_seqs, mean, max(ctx), min(ctx), t_max - t_mean)
+            t_max = self._decode_attention(num_seqs, longest, longest * num_seqs)
+            extra = self._skewed(0, 0, num_seqs, mean, longest, min(ctx), t_max - t_mean)
             return self._token_time(tokens) + t_mean + extra + self._sequence_time(num_seqs)
-        pc = kvp = nd = kvd = 0
-        longest, shortest = 0, 1 << 62
-        for n, c in zip(new, ctx, strict=True):
-            if n == 1:
-                nd += 1
-                kvd += c
-                longest = c if c > longest else longest
-                shortest = c if c < shortest else shortest
-            else:
-                pc += n
-                kvp += c
-        mean = kvd / nd if nd else 0.0
+        # prefill chunks are few in a step: find them, and the decodes' sums by difference
+        chunks = [(n, c) for n, c in zip(new, ctx, strict=True) if n != 1]
+        nd = num_seqs - len(chunks)
+        kvp = sum(c for _, c in chunks)
+        mean = (sum(ctx) - kvp) / nd if nd else 0.0
+        pc = tokens - nd
         attention = self._attention(pc, kvp, nd, mean, batch)
-        if skew is not None and nd >= 2 and longest > mean:
-            gap = self._attention(pc, kvp, nd, longest, batch) - attention
-            attention += self._skewed(pc, kvp, nd, mean, longest, shortest, gap)
+        if skew is not None and nd >= 2:
+            decodes = [c for n, c in zip(new, ctx, strict=True) if n == 1]
+            longest = max(decodes)
+            if longest > mean:
+                gap = self._attention(pc, kvp, nd, longest, batch) - attention
+                attention += self._skewed(pc, kvp, nd, mean, longest, min(decodes), gap)
         return self._token_time(tokens) + attention + self._sequence_time(num_seqs)
 
     def decode_time(self, num_seqs: int, context: int) -> float:

@@ -11,24 +11,24 @@ points every level extrapolates linearly from its two end points.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from simulator.cost.profiles.curve import Curve
 
 
-def _lerp(xs: list[float], x: float, f: Callable[[int], float]) -> float:
-    """``f`` interpolated linearly at ``x`` over the points ``xs`` (``f(k)`` is the value at
-    ``xs[k]``), extrapolated from the end points; an exact hit evaluates ``f`` once."""
+def _bracket(xs: list[float], x: float) -> tuple[int, int, float]:
+    """``(lo, hi, w)`` with ``x = xs[lo] + w (xs[hi] - xs[lo])``: the two points around ``x``,
+    the end two outside them (linear extrapolation); ``lo == hi`` on an exact hit."""
     n = len(xs)
     i = bisect_right(xs, x)
     if i and xs[i - 1] == x or n == 1:
-        return f(i - 1 if i else 0)
+        k = i - 1 if i else 0
+        return k, k, 0.0
     i = 1 if i < 1 else (n - 1 if i >= n else i)
-    x0, x1 = xs[i - 1], xs[i]
-    y0 = f(i - 1)
-    return y0 + (f(i) - y0) * (x - x0) / (x1 - x0)
+    x0 = xs[i - 1]
+    return i - 1, i, (x - x0) / (xs[i] - x0)
 
 
 class _Slice:
@@ -44,8 +44,10 @@ class _Slice:
         ]
 
     def at(self, kvp: float, kvd: float) -> float:
+        lo, hi, w = _bracket(self.kvp, kvp)
         rows = self.rows
-        return _lerp(self.kvp, kvp, lambda k: rows[k].at(kvd))
+        y = rows[lo].at(kvd)
+        return y if lo == hi else y + (rows[hi].at(kvd) - y) * w
 
 
 class AttentionTable:
@@ -70,18 +72,25 @@ class AttentionTable:
 
     def at(self, pc: float, kvp: float, nd: float, kvd: float) -> float:
         """Attention time of one layer for a step with ``pc`` prefill tokens attending to
-        ``kvp`` cached tokens and ``nd`` decodes with mean context ``kvd`` (never negative)."""
+        ``kvp`` cached tokens and ``nd`` decodes with mean context ``kvd`` (never negative).
+        Called once or twice per simulated step: plain loops, no closures."""
         if pc == 0 and nd == 0:
             return 0.0
-        nds, slices = self._nds, self._slices
+        lo, hi, w = _bracket(self.pcs, pc)
+        y = self._column(lo, kvp, nd, kvd)
+        if lo != hi:
+            y += (self._column(hi, kvp, nd, kvd) - y) * w
+        return y if y > 0.0 else 0.0
 
-        def column(j: int) -> float:
-            ns = nds[j]
-            if nd == 0 and ns[0] > 0:  # no decode-free points (the pure-decode column): none
-                return 0.0
-            return _lerp(ns, nd, lambda k: slices[j][k].at(kvp, kvd))
-
-        return max(0.0, _lerp(self.pcs, pc, column))
+    def _column(self, j: int, kvp: float, nd: float, kvd: float) -> float:
+        """The time at one profiled prefill chunk, interpolated over its decode counts."""
+        ns = self._nds[j]
+        if nd == 0 and ns[0] > 0:  # no decode-free points (the pure-decode column): none
+            return 0.0
+        lo, hi, w = _bracket(ns, nd)
+        slices = self._slices[j]
+        y = slices[lo].at(kvp, kvd)
+        return y if lo == hi else y + (slices[hi].at(kvp, kvd) - y) * w
 
     def decode_contexts(self) -> list[float]:
         """Every decode context profiled without a prefill chunk (the pure-decode points)."""

@@ -34,23 +34,17 @@ class SkewTable:
         and their labels."""
         self.alphas = alphas
         self.default = default
-
-    def _label(self, axis: str, value: float) -> str:
-        edges, labels = self.bins[axis]
-        return labels[min(bisect_left(edges, value), len(labels) - 1)]
+        self._axes = [bins[axis] for axis in _AXES]
 
     def alpha(self, pc: int, n: int, skew_rate: float, kv_big: float, kp: int) -> float:
         """The bucket's alpha (``skew_rate = (mean - min) / (max - min)`` of the decodes'
-        contexts, clipped to 0..1), else the pooled default."""
+        contexts, clipped to 0..1), else the pooled default. Once per simulated step."""
         rate = 0.0 if skew_rate < 0 else (1.0 if skew_rate > 1 else skew_rate)
-        key = (
-            pc,
-            self._label("n", n),
-            self._label("skew_rate", rate),
-            self._label("kv_big", kv_big),
-            self._label("kp", kp),
-        )
-        return self.alphas.get(key, self.default)
+        labels = []
+        for (edges, names), value in zip(self._axes, (n, rate, kv_big, kp), strict=True):
+            i = bisect_left(edges, value)
+            labels.append(names[i if i < len(names) else -1])
+        return self.alphas.get((pc, *labels), self.default)  # type: ignore[arg-type]
 
 
 def read_skew(meta: dict[str, Any], folder: Path, tp: int, meta_path: Path) -> SkewTable | None:
