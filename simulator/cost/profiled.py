@@ -101,7 +101,8 @@ class ProfiledCostModel(CostModel):
         ).tolist()
         self._seqs = _weighted_sum([(1, c) for c in profile.per_sequence.values()])
         self._roofline_head = "lm_head" not in profile.per_sequence
-        seq_counts = np.arange(int(self._seqs.hi if self._seqs else 0) + 1)
+        # up to the most profiled sequences; with none profiled (the roofline's LM head), 4096
+        seq_counts = np.arange(int(self._seqs.hi if self._seqs else 4096) + 1)
         self._seq_table = self._sequence_times(seq_counts).tolist()
         self._attn = profile.attention
         self._skew = profile.skew if cfg.skew else None
