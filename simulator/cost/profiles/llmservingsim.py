@@ -43,6 +43,11 @@ _PROVENANCE = ("model", "gpu", "vllm_version", "cuda_version", "profiled_at", "v
 def read_llmservingsim(path: str | Path, tp: int) -> OperatorProfile:
     """The ``tp<tp>/`` tables of the bundle at ``path`` (the folder holding ``meta.yaml``)."""
     root = Path(path)
+    if not root.exists():
+        raise InputError(
+            f"{path}: not found (relative to {Path.cwd()}; `servesim fetch llmservingsim` "
+            "downloads the bundles the real-* scenarios read)"
+        )
     if not root.is_dir():
         raise InputError(
             f"{path}: not a folder (an LLMServingSim profile bundle holds meta.yaml and tp<N>/)"
