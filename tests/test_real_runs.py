@@ -24,11 +24,11 @@ from tests.paths import DATA, ROOT
 
 LSS = DATA / "llmservingsim"
 
-# Worst |error| per run, in percent, as the replays stand with the spec policy and no prefix
-# cache. The target (issue 11) is 5% on every figure and never 2 points worse than
-# LLMServingSim's own error; docs/fidelity.md measures that servesim meets it on the 4090 and on
-# all but the PRO 6000's TTFT p50 once the vllm-v1 policy and prefix cache are used.
-WORST = {"RTX 4090": 9.6, "RTX PRO 6000": 6.0}
+# The target: every figure within 5% of the measurement and never more than 2 points worse
+# than LLMServingSim's own error on it. One figure misses the 5% (docs/fidelity.md says what is
+# known of why): the RTX PRO 6000's TTFT p50, -8.6% as LLMServingSim's own; it is held there.
+WITHIN = 5.0
+MISSES = {("RTX PRO 6000", "ttft", "p50"): 8.7}
 
 
 def _scenario(name: str) -> dict:
@@ -65,8 +65,10 @@ def test_replay_errors_within_bounds(run: RealRun) -> None:
     assert list(metrics) == ["ttft", "tpot", "e2e"]
     errors = {(m, s): row["error_pct"] for m, by in metrics.items() for s, row in by.items()}
     assert len(errors) == 12 and len(theirs) == 3
-    worst = max(abs(e) for e in errors.values())
-    assert worst <= WORST[run.name], errors
+    for (metric, stat), error in errors.items():
+        bound = MISSES.get((run.name, metric, stat), WITHIN)
+        assert abs(error) <= bound, (metric, stat, error)
+        assert abs(error) <= abs(theirs[metric][stat]) + 2.0, (metric, stat, error)
 
 
 def test_fidelity_doc_table_is_what_the_replays_give() -> None:
