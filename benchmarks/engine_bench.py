@@ -74,8 +74,6 @@ def with_policy(scenario: dict[str, Any], policy: str) -> dict[str, Any]:
 def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
     """Drive only the scheduler over the same arrivals, with the same step times (no simpy,
     no Batch, no recording): the floor any engine built on this scheduler pays."""
-    from simulator.engine.tokens import sample as _sample
-    from simulator.engine.tokens import sample_many as _sample_many
     from simulator.runner import build, resolve
     from simulator.scheduling.spec import Sequence, SpecScheduler
 
@@ -86,13 +84,7 @@ def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
     assert s.num_blocks is not None
     base, per_tok, per_seq = c.base_ms / 1e3, c.per_token_ms / 1e3, c.per_seq_ms / 1e3  # type: ignore[union-attr]
     sched = SpecScheduler(
-        s.num_blocks,
-        s.block_size,
-        s.max_num_seqs,
-        s.max_num_batched_tokens,
-        _sample,
-        sample_many=_sample_many,
-        keep_finished=False,
+        s.num_blocks, s.block_size, s.max_num_seqs, s.max_num_batched_tokens, keep_finished=False
     )
     arrival = workload.arrival_s.tolist()
     prompt = workload.prompt_len.tolist()
@@ -106,11 +98,23 @@ def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
         if not sched.has_work():
             now = arrival[i]
             continue
+        # the scheduler's own fast paths: stretches of pure decodes, then fast steps
+        stretch = sched.decode_stretch()
+        if stretch is not None:
+            k = 0
+            for _ in stretch.steps:
+                now += base + (per_tok + per_seq) * stretch.num_seqs
+                k += 1
+                if i < n and arrival[i] <= now:
+                    break
+            sched.take_decodes(k)
+            steps += k
+            continue
         steps += 1
-        num_seqs, _ = sched.decode_step()  # the scheduler's own fast path for plain decodes
-        if num_seqs:
-            now += base + (per_tok + per_seq) * num_seqs
-            sched.finish_decode_step()
+        plan = sched.fast_step()
+        if plan is not None:
+            now += base + per_tok * plan.total_num_scheduled_tokens + per_seq * len(plan)
+            sched.finish_fast_step()
             continue
         plan = sched.schedule()
         now += base + per_tok * sum(plan.num_new_tokens) + per_seq * len(plan)
@@ -119,8 +123,11 @@ def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
     return elapsed, steps
 
 
-def full_run(scenario: dict[str, Any], out: Path) -> tuple[float, int, float]:
-    """``servesim run`` in-process, writing its outputs (no plots): wall s, steps, mean batch."""
+def full_run(scenario: dict[str, Any]) -> tuple[float, int, float]:
+    """``servesim run`` in-process, writing its outputs (no plots) into a temporary folder:
+    wall s, steps, mean batch."""
+    import tempfile
+
     from simulator.results.outdir import atomic_dir
     from simulator.results.writer import write_result
     from simulator.runner import resolve, run
@@ -128,7 +135,7 @@ def full_run(scenario: dict[str, Any], out: Path) -> tuple[float, int, float]:
     cfg = resolve(scenario)
     start = time.perf_counter()
     result = run(cfg)
-    with atomic_dir(out, overwrite=True) as tmp:
+    with tempfile.TemporaryDirectory() as folder, atomic_dir(Path(folder) / "out", overwrite=False) as tmp:
         write_result(result, tmp, plots=False)
     wall = time.perf_counter() - start
     return wall, int(result.summary["num_steps"]), float(result.steps["num_seqs"].mean())
@@ -154,7 +161,7 @@ def one(case: str, what: str) -> None:
     scenario = CASES[case]
     if what in POLICIES:
         start = time.process_time()
-        wall, steps, _ = full_run(with_policy(scenario, what), Path("/tmp") / f"sb-{case}")
+        wall, steps, _ = full_run(with_policy(scenario, what))
         cpu = time.process_time() - start
         print(json.dumps({"wall_s": wall, "cpu_s": cpu, "steps": steps}))
         return
@@ -162,7 +169,7 @@ def one(case: str, what: str) -> None:
         wall, steps = bare_loop(scenario)
         extra: dict[str, Any] = {}
     else:
-        wall, steps, batch = full_run(scenario, Path("/tmp") / f"servesim-bench-{case}")
+        wall, steps, batch = full_run(scenario)
         extra = {"mean_batch": batch}
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"wall_s": wall, "steps": steps, "maxrss_mib": rss, **extra}))

@@ -14,7 +14,8 @@ from simulator.scheduling.spec import Sequence, SpecScheduler
 
 def bench(num_seqs: int, steps: int, prompt_len: int, block_size: int, deferred: bool) -> float:
     """Steps/s of ``num_seqs`` sequences decoding for ``steps`` steps, through
-    schedule()+update() or, with ``deferred``, decode_step() (settled by one final schedule())."""
+    schedule()+update() or, with ``deferred``, fast_step() + finish_fast_step() (settled by
+    one final schedule())."""
     sched = SpecScheduler(
         num_blocks=num_seqs * ((prompt_len + steps) // block_size + 2),
         block_size=block_size,
@@ -29,8 +30,11 @@ def bench(num_seqs: int, steps: int, prompt_len: int, block_size: int, deferred:
     sched.update()
     start = time.perf_counter()
     if deferred:
+        fast_step, finish = sched.fast_step, sched.finish_fast_step
         for _ in range(steps - 1):
-            assert sched.decode_step()[0] == num_seqs
+            plan = fast_step()
+            assert plan is not None and plan.num_deferred == num_seqs
+            finish()
     for _ in range(1 if deferred else steps):
         sched.schedule()
         sched.update()
@@ -46,7 +50,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()} ({platform.processor()})")
     for deferred in (False, True):
-        print("decode_step() + one settle" if deferred else "schedule() + update()")
+        print("fast_step() + one settle" if deferred else "schedule() + update()")
         for n in (1, 32, 256):
             rate = max(bench(n, args.steps, 512, 16, deferred) for _ in range(3))
             print(f"  {n:4d} running: {rate:12,.0f} steps/s  ({rate * n:13,.0f} seq-steps/s)")

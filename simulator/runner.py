@@ -19,7 +19,6 @@ from simulator.engine.result import SimulationResult
 from simulator.engine.serving import StepWithCpu
 from simulator.engine.simulation import Simulation
 from simulator.engine.step_sink import make_sink
-from simulator.engine.tokens import sample, sample_many
 from simulator.errors import InputError, in_field, warn
 from simulator.scheduling import make_scheduler
 from simulator.version import __version__
@@ -113,7 +112,7 @@ def run(
         sim = Simulation(
             workload,
             cost_model,
-            make_scheduler(cfg.scheduler, sample, sample_many),
+            make_scheduler(cfg.scheduler),  # no sampler: tokens only counted (engine/tokens.py)
             slo=slo,
             progress=tick,
             fast_decode=fast_decode,

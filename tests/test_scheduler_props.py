@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -233,10 +234,15 @@ def trace_run(
     max_seqs: int,
     fast: bool,
     policy: Policy = Policy(),
-) -> tuple[list[tuple[object, ...]], dict[Hashable, list[int]]]:
-    """Every step's (plan, context, blocks used, cached blocks, queue lengths, hits),
-    preemptions and finished, and the final outputs, driven through ``decode_step()``
-    whenever it accepts the step (``fast``) or never."""
+    *,
+    tokens: bool = True,
+    peek_every: int = 0,
+) -> tuple[list[tuple[object, ...]], dict[Hashable, tuple[int, list[int]]]]:
+    """Every step's (plan, context, blocks used, cached blocks, queue lengths, hits, who
+    sampled), preemptions and finished, and the final (token count, output) of each request,
+    driven through ``fast_step()`` whenever it accepts the step (``fast``) or never.
+    ``tokens``: give the scheduler a sampler (else it only counts tokens). ``peek_every``:
+    read the running sequences (which settles deferred steps) every that many steps."""
     by_id: dict[Hashable, Req] = {i: r for i, r in enumerate(reqs)}
     sample = sampler(by_id)
 
@@ -248,7 +254,10 @@ def trace_run(
         del seq.output[-k:]
         return out
 
-    sched = policy.make(num_blocks, block_size, max_seqs, budget, sample, None, sample_many)
+    if tokens:
+        sched = policy.make(num_blocks, block_size, max_seqs, budget, sample, None, sample_many)
+    else:
+        sched = policy.make(num_blocks, block_size, max_seqs, budget, None, None)  # type: ignore[arg-type]
     pending = sorted(by_id.items(), key=lambda kv: (kv[1].arrive_step, kv[0]))
     added: list[Sequence] = []
     trace: list[tuple[object, ...]] = []
@@ -262,34 +271,51 @@ def trace_run(
             sched.add(added[-1])
         # queue lengths as the engine reads them: without settling deferred steps
         num_running, num_waiting = sched.num_running, sched.num_waiting
-        num_seqs, context = sched.decode_step() if fast else (0, 0)
-        hits: list[int] = []
-        if num_seqs:
-            plan = dict.fromkeys(sched.decode_batch_ids(), 1)
+        fast_plan = sched.fast_step() if fast else None
+        group: list[Hashable] = []
+        if fast_plan is not None:
+            step_plan = fast_plan
+            group = sched.decode_batch_ids()
+            assert len(group) == step_plan.num_deferred
         else:
             step_plan = sched.schedule()
-            plan = step_plan.num_scheduled_tokens
-            context = sum(step_plan.context_lens)  # the KV tokens they hold before the step
-            hits = step_plan.cached_tokens
+        plan = [(i, 1) for i in group] + list(step_plan.num_scheduled_tokens.items())
+        # the KV tokens they hold before the step
+        context = step_plan.deferred_context + sum(step_plan.context_lens)
         used, cached = sched.num_blocks_used, sched.num_cached_blocks
+        hits = step_plan.cached_tokens
         trace.append((plan, context, used, cached, num_running, num_waiting, hits))
         trace.append((sched.num_preemptions,))
-        done = sched.finish_decode_step() if num_seqs else sched.update()
-        trace.append((tuple(s.seq_id for s in done), sched.num_blocks_used))
+        done = sched.finish_fast_step() if fast_plan is not None else sched.update()
+        sampled = group + [s.seq_id for s in step_plan.sampled]
+        trace.append((tuple(s.seq_id for s in done), sched.num_blocks_used, sampled))
         t += 1
-    return trace, {s.seq_id: s.output for s in added}
+        if peek_every and t % peek_every == 0:
+            trace.append(tuple((s.seq_id, s.num_computed, s.num_blocks) for s in sched.running))
+    return trace, {s.seq_id: (s.num_output, s.output) for s in added}
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenario(), POLICIES)
-def test_deferred_decode_steps_equal_scheduled_ones(
-    case: tuple[list[Req], int, int, int, int], policy: Policy
+@given(scenario(), POLICIES, st.booleans(), st.sampled_from([0, 0, 1, 3]))
+def test_fast_steps_equal_scheduled_ones(
+    case: tuple[list[Req], int, int, int, int], policy: Policy, tokens: bool, peek_every: int
 ) -> None:
+    """Step for step, ``fast_step()`` plans what ``schedule()`` does, leaves the same state,
+    and samples the same tokens (or, without a sampler, counts them alike), whether or not
+    the running sequences are read (settled) along the way."""
     reqs, num_blocks, block_size, budget, max_seqs = case
     reqs = [replace(r, eos_at=None) for r in reqs]  # no EOS
-    slow = trace_run(reqs, num_blocks, block_size, budget, max_seqs, False, policy)
-    fast = trace_run(reqs, num_blocks, block_size, budget, max_seqs, True, policy)
-    assert fast == slow
+    args = (reqs, num_blocks, block_size, budget, max_seqs)
+    slow_trace, slow_out = trace_run(*args, False, policy, peek_every=peek_every)
+    fast_trace, fast_out = trace_run(*args, True, policy, tokens=tokens, peek_every=peek_every)
+    assert fast_trace == slow_trace
+    if tokens:
+        assert fast_out == slow_out
+    else:
+        assert {i: n for i, (n, _) in fast_out.items()} == {i: n for i, (n, _) in slow_out.items()}
+        assert all(not out for _, out in fast_out.values())
+    for i, r in enumerate(reqs):
+        assert slow_out[i][0] == r.max_tokens == len(slow_out[i][1])
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -321,15 +347,22 @@ def test_decode_steps_are_deferred_and_settled_exactly() -> None:
     sched.schedule()
     sched.update()
     seqs = list(sched.running)
-    assert sched.decode_step() == (3, 15)  # 3 sequences, 5 tokens each in KV
-    assert sched.decode_step() == (3, 18)
+
+    def fast() -> tuple[int, int, int]:
+        plan = sched.fast_step()
+        assert plan is not None
+        sched.finish_fast_step()
+        return plan.num_deferred, plan.deferred_context, len(plan.seqs)
+
+    assert fast() == (3, 15, 0)  # 3 sequences, 5 tokens each in KV, nobody else
+    assert fast() == (3, 18, 0)
     assert seqs[0].num_computed == 5  # deferred: the sequences are not touched yet
     assert sched.blocks_used == 3 * 2  # but blocks are taken at once: 7 tokens need 2 blocks
     # reading the running sequences settles them: public state is never stale
     assert [s.num_computed for s in sched.running] == [7, 7, 7]
     assert sum(s.num_blocks for s in sched.running) == sched.blocks_used
     assert sched.running[0].output == [0, 1, 2]
-    assert sched.decode_step() == (3, 21)  # a new deferred run starts from the settled state
+    assert fast() == (3, 21, 0)  # the group goes on from the settled state
     assert sched.schedule().num_scheduled_tokens == {0: 1, 1: 1, 2: 1}
     assert [s.num_computed for s in sched.running] == [8, 8, 8]
     assert sched.running[0].output == [0, 1, 2, 3]
@@ -339,7 +372,32 @@ def test_decode_steps_are_deferred_and_settled_exactly() -> None:
     eos.add(Sequence("x", 5, 10))
     eos.schedule()
     eos.update()
-    assert eos.decode_step() == (0, 0)
+    assert eos.fast_step() is None
+    with pytest.raises(ValueError, match="sample_fn"):
+        SpecScheduler(100, 4, 8, 64, None, 7)
+
+
+def test_a_fast_step_admits_and_prefills_beside_the_group() -> None:
+    """Arrivals are admitted, and prefills go on, in a fast step; a sequence that samples
+    joins the group behind it; no tokens are kept without a sampler, only counted."""
+    sched = SpecScheduler(100, 4, 8, 12)
+    for i in range(2):
+        sched.add(Sequence(i, 3, 5))
+    plan = sched.fast_step()  # nobody runs: both are admitted, prompts whole
+    assert plan is not None and plan.num_deferred == 0 and plan.num_admitted == 2
+    sched.finish_fast_step()
+    assert sched.decode_batch_ids() == [0, 1]
+    sched.add(Sequence(2, 20, 5))
+    plan = sched.fast_step()  # the group decodes, the new one gets the 10 tokens left
+    assert plan is not None and (plan.num_deferred, plan.deferred_context) == (2, 6)
+    assert plan.num_scheduled_tokens == {2: 10} and plan.num_admitted == 1
+    sched.finish_fast_step()
+    assert plan.sampled == [] and sched.decode_batch_ids() == [0, 1]
+    plan = sched.fast_step()  # its prefill goes on: 10 more tokens, then it samples
+    assert plan is not None and plan.num_scheduled_tokens == {2: 10} and plan.num_admitted == 0
+    sched.finish_fast_step()
+    assert [s.seq_id for s in plan.sampled] == [2] and sched.decode_batch_ids() == [0, 1, 2]
+    assert [(s.num_output, s.output) for s in sched.running] == [(3, []), (3, []), (1, [])]
 
 
 def test_deferred_steps_cache_the_blocks_they_fill() -> None:
@@ -352,12 +410,19 @@ def test_deferred_steps_cache_the_blocks_they_fill() -> None:
     sched.add(seq)
     sched.schedule()
     sched.update()  # 6 prompt tokens computed: block 0 cached, block 1 half full
+
+    def fast() -> tuple[int, int]:
+        plan = sched.fast_step()
+        assert plan is not None
+        sched.finish_fast_step()
+        return plan.num_deferred, plan.deferred_context
+
     assert isinstance(sched.blocks, KVCacheManager) and seq.num_cached_blocks == 1
-    assert sched.decode_step() == (1, 6)  # computes token 7 of 8: nothing new is full
+    assert fast() == (1, 6)  # computes token 7 of 8: nothing new is full
     assert seq.num_cached_blocks == 1
-    assert sched.decode_step() == (1, 7)  # token 8 fills block 1: cached at once
+    assert fast() == (1, 7)  # token 8 fills block 1: cached at once
     assert seq.num_cached_blocks == 2 and sched.blocks.pool.cached[seq.block_hashes[1]] in (
         seq.block_ids
     )
-    assert sched.decode_step() == (1, 8)  # token 9 needs block 2: taken at once
+    assert fast() == (1, 8)  # token 9 needs block 2: taken at once
     assert seq.num_blocks == 3 and sched.blocks_used == 3

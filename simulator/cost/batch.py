@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import mul
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -36,6 +37,34 @@ class Batch:
     def uniform(cls, num_seqs: int, new_tokens: int, context_len: int) -> Batch:
         """``num_seqs`` identical sequences (the shape of a profiled step)."""
         return cls((new_tokens,) * num_seqs, (context_len,) * num_seqs)
+
+
+class StepSums(NamedTuple):
+    """What a step's time can depend on when a cost model times it from sums
+    (``CostModel.time_from_sums``, in this order). Every field is an exact integer, so any
+    order of summing gives the same value."""
+
+    num_seqs: int
+    """Sequences in the step."""
+    num_decodes: int
+    """Sequences computing one token (``new_tokens == 1``)."""
+    num_tokens: int
+    """Tokens computed (``sum(new_tokens)``)."""
+    context: int
+    """Tokens in KV before the step (``sum(context_lens)``)."""
+    decode_context: int
+    """Of ``context``, the tokens of the one-token sequences."""
+    pairs: int
+    """Causal query-key pairs (``Batch.attention_pairs()``)."""
+
+    @classmethod
+    def of(cls, batch: Batch) -> StepSums:
+        """The sums of ``batch``."""
+        new, ctx = batch.new_tokens, batch.context_lens
+        decode_context = sum(c for n, c in zip(new, ctx, strict=True) if n == 1)
+        return cls(
+            len(new), new.count(1), sum(new), sum(ctx), decode_context, batch.attention_pairs()
+        )
 
 
 def uniform_attention_pairs(

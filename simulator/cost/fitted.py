@@ -131,7 +131,7 @@ class FittedCostConfig(BaseModel):
 class FittedCostModel(CostModel):
     """Step time = sum of fitted coefficient x feature (ms), returned in seconds."""
 
-    times_decodes_from_sums = True
+    times_from_sums = True
 
     def __init__(self, preset: FittedPreset) -> None:
         """Keep the preset and its coefficients in ``FEATURES`` order."""
@@ -150,12 +150,18 @@ class FittedCostModel(CostModel):
         """Seconds the step takes (0 for an empty batch)."""
         return self.step_ms(batch) * 1e-3
 
-    def decode_time(self, num_seqs: int, context: int) -> float:
-        """Seconds of a step that decodes ``num_seqs`` sequences holding ``context`` tokens of
-        KV in all: exactly ``step_time`` of that batch, without building it."""
-        feats = step_features(
-            num_seqs, num_seqs, num_seqs, context, context + num_seqs, self.scales
-        )
+    def time_from_sums(
+        self,
+        num_seqs: int,
+        num_decodes: int,
+        num_tokens: int,
+        context: int,
+        decode_context: int,
+        pairs: int,
+    ) -> float:
+        """Seconds of a step with these sums: exactly ``step_time`` of its batch, without
+        building it."""
+        feats = step_features(num_seqs, num_decodes, num_tokens, context, pairs, self.scales)
         return float(sum(c * f for c, f in zip(self._coef, feats, strict=True))) * 1e-3
 
     def predict_ms(self, num_seqs: Array, new_tokens: Array, context_len: Array) -> Array:

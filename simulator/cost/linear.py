@@ -43,7 +43,7 @@ class LinearCostConfig(BaseModel):
 class LinearCostModel(CostModel):
     """``base + per_token * tokens + per_seq * seqs + per_context_token * context`` (ms)."""
 
-    times_decodes_from_sums = True
+    times_from_sums = True
 
     def __init__(self, cfg: LinearCostConfig) -> None:
         """Store the coefficients in seconds."""
@@ -56,6 +56,18 @@ class LinearCostModel(CostModel):
     def step_time(self, batch: Batch) -> float:
         """Seconds the step takes."""
         return self._time(sum(batch.new_tokens), len(batch.new_tokens), sum(batch.context_lens))
+
+    def time_from_sums(
+        self,
+        num_seqs: int,
+        num_decodes: int,
+        num_tokens: int,
+        context: int,
+        decode_context: int,
+        pairs: int,
+    ) -> float:
+        """Seconds of a step with these sums (the same arithmetic as ``step_time``)."""
+        return self._time(num_tokens, num_seqs, context)
 
     def decode_time(self, num_seqs: int, context: int) -> float:
         """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in all."""

@@ -47,7 +47,7 @@ class RooflineCostConfig(BaseModel):
 class RooflineCostModel(CostModel):
     """``max(FLOPs / compute rate, bytes / memory rate) + all-reduce + overhead`` per GPU."""
 
-    times_decodes_from_sums = True
+    times_from_sums = True
 
     def __init__(self, cfg: RooflineCostConfig, model: ModelSpec, hw: HardwareSpec) -> None:
         """Fold the model shape, GPU and efficiencies into per-token and per-step constants."""
@@ -89,6 +89,18 @@ class RooflineCostModel(CostModel):
     def step_time(self, batch: Batch) -> float:
         """Seconds the step takes."""
         return self._time(*self._sums(batch))
+
+    def time_from_sums(
+        self,
+        num_seqs: int,
+        num_decodes: int,
+        num_tokens: int,
+        context: int,
+        decode_context: int,
+        pairs: int,
+    ) -> float:
+        """Seconds of a step with these sums (the same arithmetic as ``step_time``)."""
+        return self._time(num_tokens, context, pairs)
 
     def decode_time(self, num_seqs: int, context: int) -> float:
         """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in all

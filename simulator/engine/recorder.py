@@ -11,6 +11,7 @@ import pandas as pd
 
 from simulator.engine.step_sink import StepSink
 from simulator.metrics import Distribution, StepStats, build_steps
+from simulator.scheduling.interface import StepPlan
 from simulator.scheduling.sequence import Sequence
 
 STEP_INT_FIELDS = (
@@ -46,7 +47,8 @@ class Recorder:
         self.num_preemptions = [0] * num_requests
         self.cached_tokens = [0] * num_requests
         """Per request: prompt tokens served from the prefix cache when first scheduled."""
-        self.checksum = [0] * num_requests
+        self.num_output = [0] * num_requests
+        """Per finished request: the tokens it sampled, as its sequence counted them."""
         self.rejected: list[tuple[int, str]] = []
         """``(request, reason)`` of the requests that can never be served."""
         self.num_tokens = 0
@@ -76,16 +78,63 @@ class Recorder:
         if len(self._step_times) >= 2 * CHUNK_STEPS:
             self._flush_steps()
 
-    def _flush_steps(self) -> None:
+    def record_decode_steps(
+        self,
+        num_seqs: int,
+        times: list[float],
+        blocks_used: list[int],
+        rest: tuple[int, int, int],
+    ) -> None:
+        """Steps in which ``num_seqs`` sequences decode one token each and nothing else runs:
+        ``times`` holds (start, duration) per step, ``blocks_used`` its blocks used, ``rest``
+        (running, waiting, cached blocks), the same in every one; and their tokens, as
+        ``record_decode_step`` would."""
+        durations = times[1::2]
+        if durations and not min(durations) > 0:
+            raise RuntimeError(f"cost model returned a non-positive step time {min(durations)!r}")
+        m = num_seqs
+        num_running, num_waiting, num_cached = rest
+        self._step_times.extend(times)
+        ints = self._step_ints
+        for used in blocks_used:
+            ints.extend((m, m, 0, m, used, num_running, num_waiting, 0, num_cached))
+        self._run_gaps.extend(durations)
+        self._run_counts.extend([m] * len(durations))
+        self.num_tokens += m * len(durations)
+        if len(self._step_times) >= 2 * CHUNK_STEPS:
+            self._flush_steps()
+        if len(self._run_gaps) >= CHUNK_GAPS:
+            self._flush_gaps()
+
+    def _flush_steps(self, whole: bool = False) -> None:
+        """Pass on the buffered rows in chunks of exactly ``CHUNK_STEPS`` (the summary's
+        sums then do not depend on how rows were buffered), and the rest if ``whole``."""
+        num_ints = len(STEP_INT_FIELDS)
         times = np.frombuffer(self._step_times, dtype=np.float64).reshape(-1, 2)
-        ints = np.frombuffer(self._step_ints, dtype=np.int64).reshape(-1, len(STEP_INT_FIELDS))
-        chunk = build_steps(times, ints, STEP_INT_FIELDS, self._num_blocks, self._num_flushed)
-        self._num_flushed += len(chunk)
-        self.step_stats.add(chunk)
-        self._sink.write(chunk)
-        del times, ints  # release the buffers' exports before resizing them
-        self._step_times = array("d")
-        self._step_ints = array("q")
+        ints = np.frombuffer(self._step_ints, dtype=np.int64).reshape(-1, num_ints)
+        n = len(times) if whole else len(times) // CHUNK_STEPS * CHUNK_STEPS
+        # as a whole, at least one chunk (maybe empty: a sink learns the columns from it)
+        for lo in range(0, n, CHUNK_STEPS) if n or not whole else (0,):
+            hi = min(lo + CHUNK_STEPS, n)
+            chunk = build_steps(
+                times[lo:hi], ints[lo:hi], STEP_INT_FIELDS, self._num_blocks, self._num_flushed
+            )
+            self._num_flushed += len(chunk)
+            self.step_stats.add(chunk)
+            self._sink.write(chunk)
+        rest_times, rest_ints = array("d", times[n:].tobytes()), array("q", ints[n:].tobytes())
+        del times, ints  # release the buffers' exports before replacing them
+        self._step_times, self._step_ints = rest_times, rest_ints
+
+    def record_admitted(self, plan: StepPlan, start: float) -> None:
+        """The sequences ``plan`` admitted, in a step starting at ``start``: the first
+        scheduling of each that was never scheduled before, with its prefix-cache hit."""
+        first_sched, cached_tokens = self.first_scheduled, self.cached_tokens
+        for seq, cached in zip(plan.admitted, plan.cached_tokens, strict=True):
+            i: int = seq.seq_id  # type: ignore[assignment]
+            if first_sched[i] != first_sched[i]:  # NaN: scheduled for the first time
+                first_sched[i] = start
+                cached_tokens[i] = cached
 
     # -- tokens --------------------------------------------------------------------------------
 
@@ -115,8 +164,8 @@ class Recorder:
             self._flush_gaps()
 
     def end_decode_run(self, request_ids: list[int], end: float) -> None:
-        """Deferred decode steps stop at ``end``: the last token of each request still in
-        the batch was sampled then."""
+        """A deferred decode group ends: its last step ended at ``end``, so the last token of
+        each of its requests was sampled then."""
         last = self._last_token
         for i in request_ids:
             last[i] = end
@@ -132,15 +181,15 @@ class Recorder:
     # -- requests ------------------------------------------------------------------------------
 
     def record_finish(
-        self, request: int, end: float, num_preemptions: int, output_hash: int
+        self, request: int, end: float, num_preemptions: int, num_output: int
     ) -> None:
-        """A request finished at ``end``."""
+        """A request finished at ``end`` with ``num_output`` tokens."""
         self.finish[request] = end
         self.num_preemptions[request] = num_preemptions
-        self.checksum[request] = output_hash
+        self.num_output[request] = num_output
 
     def close(self) -> pd.DataFrame | None:
         """Flush what is buffered; the step table if the sink keeps it in memory."""
-        self._flush_steps()
+        self._flush_steps(whole=True)
         self._flush_gaps()
         return self._sink.close()

@@ -26,7 +26,7 @@ class SimulationResult:
     rejected: pd.DataFrame
     """``request_id, reason`` for requests that could never fit in the KV cache."""
     checksums: np.ndarray
-    """Per request, a hash of its final output tokens (0 for rejected)."""
+    """Per request, a hash of its output tokens (0 for rejected; `engine/tokens.py`)."""
     scenario: ScenarioConfig | None = None
     """The resolved scenario that produced this result."""
     extras: dict[str, Any] = field(default_factory=dict)

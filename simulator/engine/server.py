@@ -10,16 +10,18 @@ Timing rules (also in docs/metrics.md):
   is deterministic; the arrival is then either in that step's ``update()`` window (harmless:
   it is not in the plan) or before the next ``schedule()``: either way the next step sees it.
 - An idle server sleeps on an event that the next submission triggers: no polling, no ticks.
-- Plain decode steps (every running sequence decodes one token, nobody can be admitted or
-  preempted; some may finish) are taken through the scheduler's ``decode_step()`` in O(1)
-  each, back to back under one simpy timeout until the next arrival could change a decision.
-  Every step still gets its own row, and the results are identical to stepping one by one
-  (``fast_decode=False``; the tests compare the two).
+- Steps the scheduler can plan in O(what changed) (``fast_step()``: its deferred decode group
+  decodes, a few others prefill or are admitted, nobody is preempted) are taken back to back
+  under one simpy timeout until the next arrival could change a decision, and timed from
+  their sums (``CostModel.time_from_sums``) without building their batch. Every step still
+  gets its own row, and the results are identical to stepping through ``schedule()`` and
+  ``update()`` (``fast_decode=False``; the tests compare the two).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from operator import mul
 from typing import Any
 
 import simpy
@@ -27,7 +29,7 @@ import simpy
 from simulator.cost.batch import Batch
 from simulator.cost.interface import CostModel
 from simulator.engine.recorder import Recorder
-from simulator.scheduling.interface import Scheduler
+from simulator.scheduling.interface import DecodeStretch, Scheduler, StepPlan
 from simulator.scheduling.sequence import Sequence
 
 
@@ -56,9 +58,9 @@ class Server:
         self.on_done = on_done
         """Told ``(number, time)`` when requests finish (``time`` may be ahead of the clock:
         inside a decode window, the end of the step that finished them)."""
-        # Plain decode steps skip the scheduler's per-sequence loops when the cost model can
-        # time them from sums; the results are identical either way (tests compare both).
-        self.fast_decode = fast_decode and cost_model.times_decodes_from_sums
+        # Fast steps skip the scheduler's per-sequence loops when the cost model can time
+        # them from sums; the results are identical either way (tests compare both).
+        self.fast_decode = fast_decode and cost_model.times_from_sums
         self.closed = False
         """No more submissions will come: the server stops once its work is done."""
         self._wake: simpy.Event | None = None
@@ -96,8 +98,11 @@ class Server:
                 yield self._wake
                 self._wake = None
                 continue
-            if self.fast_decode and (yield from self._decode_window()):
-                continue
+            if self.fast_decode:
+                if (yield from self._fast_window()):
+                    continue
+                # the group's last step ended now: its members' last tokens were sampled then
+                self.recorder.end_decode_run(sched.decode_batch_ids(), self.env.now)  # type: ignore[arg-type]
             yield from self._step()
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
@@ -108,12 +113,8 @@ class Server:
         if not plan.seqs and not plan.preempted:  # a lone head always fits: never spin
             raise RuntimeError("scheduler produced an empty step with work pending")
         now = env.now
-        first_sched = rec.first_scheduled
-        for seq, cached in zip(plan.admitted, plan.cached_tokens, strict=True):
-            i: int = seq.seq_id  # type: ignore[assignment]
-            if first_sched[i] != first_sched[i]:  # NaN: scheduled for the first time
-                first_sched[i] = now
-                rec.cached_tokens[i] = cached
+        if plan.num_admitted:
+            rec.record_admitted(plan, now)
         new_tokens = plan.num_new_tokens
         # vllm-v1 under priority can preempt every sequence it planned: nothing runs, no time
         duration = self.cost_model.step_time(Batch(new_tokens, plan.context_lens)) if plan else 0.0
@@ -140,53 +141,104 @@ class Server:
         if done:
             self._retire(done, env.now)
 
-    def _decode_window(self) -> Generator[simpy.Event, Any, int]:
-        """Run the plain decode steps the scheduler accepts, back to back, under as few simpy
-        timeouts as exactness allows; return how many steps ran (0: none was plain).
+    def _fast_window(self) -> Generator[simpy.Event, Any, int]:
+        """Run the steps the scheduler takes on its fast path, back to back, under as few
+        simpy timeouts as exactness allows; return how many steps ran (0: none could).
 
-        Only an arrival can change the scheduler's mind between plain decode steps, so every
-        step that starts before the next arrival joins the window. The window's end must be
+        Only an arrival can change the scheduler's mind between such steps, so every step
+        that starts before the next arrival joins the window. The window's end must be
         exactly where step-by-step timeouts would have landed (``start + sum`` in float is not
         always ``start + (end - start)``): when one would not, the window is cut there."""
-        env, sched, rec = self.env, self.scheduler, self.recorder
-        decode_time = self.cost_model.decode_time
+        env, sched = self.env, self.scheduler
         steps = 0
         start = end = env.now
         while end < self.next_arrival() or not steps:
-            num_running, num_waiting = sched.num_running, sched.num_waiting
-            num_seqs, kv_tokens = sched.decode_step()
-            if not num_seqs:
-                break
-            duration = decode_time(num_seqs, kv_tokens)
-            rec.record_step(
-                end,
-                duration,
-                (
-                    num_seqs,
-                    num_seqs,
-                    0,
-                    num_seqs,
-                    sched.num_blocks_used,
-                    num_running,
-                    num_waiting,
-                    0,
-                    sched.num_cached_blocks,
-                ),
-            )
-            steps += 1
-            new_end = end + duration
-            rec.record_decode_step(num_seqs, end, new_end)
-            done = sched.finish_decode_step()
+            stretch = sched.decode_stretch()
+            if stretch is not None:
+                k, last_start, new_end = self._time_stretch(stretch, start, end, not steps)
+                done = sched.take_decodes(k)
+            else:
+                last_start = end
+                new_end, done = self._fast_step(end)
+                if new_end < 0:
+                    break
+                k = 1
+            steps += k
             if done:
                 self._retire(done, new_end)
             if start + (new_end - start) != new_end:
-                yield env.timeout(end - start)  # lands exactly on ``end``, checked last round
-                start = end
+                yield env.timeout(last_start - start)  # lands exactly there, checked before
+                start = last_start
             end = new_end
         if steps:
-            rec.end_decode_run(sched.decode_batch_ids(), end)  # type: ignore[arg-type]
             yield env.timeout(end - start)
         return steps
+
+    def _time_stretch(
+        self, stretch: DecodeStretch, start: float, end: float, first: bool
+    ) -> tuple[int, float, float]:
+        """Time and record the steps of ``stretch`` from ``end`` while they start before the
+        next arrival (the first anyway when ``first``), up to one whose end a timeout from
+        ``start`` would not land on exactly; return (steps taken, start and end of the last)."""
+        sched, rec = self.scheduler, self.recorder
+        decode_time = self.cost_model.decode_time
+        arrival = self.next_arrival()  # nothing arrives before it while the window runs
+        m = stretch.num_seqs
+        times: list[float] = []
+        used_blocks: list[int] = []
+        last = end
+        for context, used in stretch.steps:
+            if end >= arrival and (times or not first):
+                break
+            duration = decode_time(m, context)
+            times += (end, duration)
+            used_blocks.append(used)
+            last, end = end, end + duration
+            if start + (end - start) != end:
+                break
+        rec.record_decode_steps(
+            m,
+            times,
+            used_blocks,
+            (sched.num_running, sched.num_waiting, stretch.num_cached_blocks),
+        )
+        return len(used_blocks), last, end
+
+    def _fast_step(self, start: float) -> tuple[float, list[Sequence]]:
+        """One step planned by ``fast_step()`` from ``start``: its end and who finished, or
+        (-1, []) if the scheduler could not take it so."""
+        sched, rec = self.scheduler, self.recorder
+        num_running, num_waiting = sched.num_running, sched.num_waiting
+        plan = sched.fast_step()
+        if plan is None:
+            return -1.0, []
+        sums = plan_sums(plan)
+        duration = self.cost_model.time_from_sums(*sums)
+        if plan.num_admitted:
+            rec.record_admitted(plan, start)
+        num_seqs, decodes, num_tokens = sums[0], sums[1], sums[2]
+        rec.record_step(
+            start,
+            duration,
+            (
+                num_seqs,
+                num_tokens,
+                num_tokens - decodes,
+                decodes,
+                sched.num_blocks_used,
+                num_running,
+                num_waiting,
+                0,
+                sched.num_cached_blocks,
+            ),
+        )
+        end = start + duration
+        if plan.num_deferred:
+            rec.record_decode_step(plan.num_deferred, start, end)
+        done = sched.finish_fast_step()
+        if plan.sampled:
+            rec.record_samples(plan.sampled, end)
+        return end, done
 
     def _retire(self, done: list[Sequence], end: float) -> None:
         """Record the requests that finished in the step ending at ``end``."""
@@ -197,8 +249,30 @@ class Server:
                     f"request {seq.seq_id} finished with {seq.num_tokens - seq.prompt_len} "
                     f"tokens, expected {seq.max_tokens} (scheduler bug)"
                 )
-            rec.record_finish(seq.seq_id, end, seq.num_preemptions, hash(tuple(seq.output)))  # type: ignore[arg-type]
+            rec.record_finish(seq.seq_id, end, seq.num_preemptions, seq.num_output)  # type: ignore[arg-type]
         if self.progress is not None:
             self.progress(len(done))
         if self.on_done is not None:
             self.on_done(len(done), end)
+
+
+def plan_sums(plan: StepPlan) -> tuple[int, int, int, int, int, int]:
+    """The ``StepSums`` of a step from its plan: O(1) for its deferred decode group, O(1) for
+    each other sequence."""
+    m, ctx = plan.num_deferred, plan.deferred_context
+    new, context = plan.num_new_tokens, plan.context_lens
+    if not new:
+        return m, m, m, ctx, ctx, ctx + m
+    tokens = sum(new)
+    decode_context = ctx + sum(c for n, c in zip(new, context, strict=True) if n == 1)
+    # each decode of the group sees its context and itself; a chunk of n on c tokens sees
+    # n * c + n (n + 1) / 2 pairs (``Batch.attention_pairs``)
+    pairs = ctx + m + sum(map(mul, new, context)) + (sum(map(mul, new, new)) + tokens) // 2
+    return (
+        m + len(new),
+        m + new.count(1),
+        m + tokens,
+        ctx + sum(context),
+        decode_context,
+        pairs,
+    )

@@ -24,6 +24,7 @@ from simulator.engine.result import SimulationResult
 from simulator.engine.server import Server
 from simulator.engine.serving import ServingConfig
 from simulator.engine.step_sink import MemorySink, StepSink
+from simulator.engine.tokens import output_checksums
 from simulator.metrics import DEFAULT_PERCENTILES, build_requests, summarize
 from simulator.scheduling.interface import Scheduler
 from simulator.scheduling.sequence import Sequence
@@ -160,7 +161,7 @@ class Simulation:
             steps=steps,
             summary=summary,
             rejected=rejected,
-            checksums=np.array(rec.checksum, dtype=np.int64),
+            checksums=output_checksums(np.array(rec.num_output, dtype=np.int64)),
         )
 
 

@@ -1,7 +1,16 @@
 """The tokens a simulated model samples: fixed per (request, output position), so outputs
-cannot depend on batching or preemption (what a model with fixed seeds would give)."""
+cannot depend on batching or preemption (what a model with fixed seeds would give).
+
+The engine never stops a request at an EOS token, so its schedulers keep no tokens: they only
+count each request's samples (``Sequence.num_output``), and a request's output is
+``token_for(request, p)`` for ``p`` below that count. ``output_checksums`` hashes the outputs
+from those counts at the end of a run; ``sample``/``sample_many`` give the tokens one by one
+for schedulers that keep them (benchmarks, tests).
+"""
 
 from __future__ import annotations
+
+import numpy as np
 
 from simulator.scheduling.sequence import Sequence
 
@@ -27,3 +36,17 @@ def sample_many(seq: Sequence, k: int) -> list[int]:
     first = token_for(seq.seq_id, len(seq.output)) - 1  # type: ignore[arg-type]
     stop = first + k * _POSITION_STRIDE
     return [x % _VOCAB + 1 for x in range(first, stop, _POSITION_STRIDE)]
+
+
+def output_checksums(num_output: np.ndarray) -> np.ndarray:
+    """Per request (row ``i``), a 64-bit hash of its output, ``token_for(i, p)`` for ``p <
+    num_output[i]``: an output is its request and its length, so this mixes the two
+    (splitmix64's finalizer); 0 where nothing was sampled (a rejected request)."""
+    n = np.asarray(num_output, dtype=np.uint64)
+    x = np.arange(len(n), dtype=np.uint64) * np.uint64(_REQUEST_STRIDE) + (n << np.uint64(32))
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return np.where(n > 0, x.view(np.int64), 0)

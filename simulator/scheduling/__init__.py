@@ -29,7 +29,9 @@ __all__ = [
 ]
 
 
-def _spec(cfg: SchedulerConfig, sample: Sampler, sample_many: ManySampler | None) -> Scheduler:
+def _spec(
+    cfg: SchedulerConfig, sample: Sampler | None, sample_many: ManySampler | None
+) -> Scheduler:
     assert cfg.num_blocks is not None, "resolve the scenario first (num_blocks)"
     return SpecScheduler(
         cfg.num_blocks,
@@ -43,7 +45,9 @@ def _spec(cfg: SchedulerConfig, sample: Sampler, sample_many: ManySampler | None
     )
 
 
-def _vllm_v1(cfg: SchedulerConfig, sample: Sampler, sample_many: ManySampler | None) -> Scheduler:
+def _vllm_v1(
+    cfg: SchedulerConfig, sample: Sampler | None, sample_many: ManySampler | None
+) -> Scheduler:
     assert cfg.num_blocks is not None, "resolve the scenario first (num_blocks)"
     return VllmV1Scheduler(
         cfg.num_blocks,
@@ -60,7 +64,7 @@ def _vllm_v1(cfg: SchedulerConfig, sample: Sampler, sample_many: ManySampler | N
     )
 
 
-POLICIES: dict[str, Callable[[SchedulerConfig, Sampler, ManySampler | None], Scheduler]] = {
+POLICIES: dict[str, Callable[[SchedulerConfig, Sampler | None, ManySampler | None], Scheduler]] = {
     "spec": _spec,
     "vllm-v1": _vllm_v1,
 }
@@ -68,8 +72,8 @@ POLICIES: dict[str, Callable[[SchedulerConfig, Sampler, ManySampler | None], Sch
 
 
 def make_scheduler(
-    cfg: SchedulerConfig, sample: Sampler, sample_many: ManySampler | None = None
+    cfg: SchedulerConfig, sample: Sampler | None = None, sample_many: ManySampler | None = None
 ) -> Scheduler:
-    """The scheduler ``cfg.policy`` names, drawing tokens from ``sample`` (and, for the
-    decode fast path, ``sample_many``)."""
+    """The scheduler ``cfg.policy`` names, drawing tokens from ``sample`` (and, for the fast
+    path, ``sample_many``); with no ``sample`` it only counts each sequence's tokens."""
     return POLICIES[cfg.policy](cfg, sample, sample_many)

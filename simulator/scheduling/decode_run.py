@@ -1,110 +1,104 @@
-"""The running batch frozen at the start of a stretch of deferred decode steps."""
+"""A group of running sequences stepped by deferred decode steps, with the sums that let a
+step over it be planned in O(1) (``deferred.py``)."""
 
 from __future__ import annotations
+
+import heapq
 
 from simulator.scheduling.sequence import Sequence
 
 
 class DecodeRun:
-    """What deferred decode steps need to take each step in O(1): how many sequences run,
-    their KV tokens, who finishes when, and how many cross into a new block each step."""
+    """The deferred decode group: the first ``num_seqs`` running sequences, each of which
+    decodes one token in every step since it joined (its fields stay as they were then).
 
-    __slots__ = ("num_seqs", "context", "finish_at", "crossing", "steps")
+    A member that joined when the group had taken ``s`` steps, with ``c`` tokens of KV, holds
+    ``c + t - 1 - s`` tokens before the group's step ``t``: its *offset* ``c - s`` is fixed,
+    so the group keeps its members' sums by offset, and who finishes at which step."""
 
-    def __init__(
-        self,
-        num_seqs: int,
-        context: int,
-        finish_at: dict[int, list[Sequence]],
-        crossing: list[int],
-    ) -> None:
-        self.num_seqs = num_seqs
-        """Sequences still in the run."""
-        self.context = context
-        """Tokens in KV over the batch before the first deferred step."""
-        self.finish_at = finish_at
-        """``[t]``: the sequences that sample their last token in deferred step ``t``."""
-        self.crossing = crossing
-        """``[r]``: how many sequences have ``num_computed % block_size == r``."""
+    __slots__ = (
+        "num_seqs",
+        "context",
+        "finish_at",
+        "finish_steps",
+        "crossing",
+        "steps",
+        "by_residue",
+    )
+
+    def __init__(self, block_size: int, *, with_blocks: bool) -> None:
+        self.num_seqs = 0
+        """Sequences in the group."""
+        self.context = 0
+        """The members' offsets in all: they hold ``context + num_seqs * (t - 1)`` tokens of
+        KV before step ``t``."""
+        self.finish_at: dict[int, list[Sequence]] = {}
+        """``[t]``: the members that sample their last token in step ``t``, in running order."""
+        self.finish_steps: list[int] = []
+        """A heap of the steps in ``finish_at`` (and of some already taken out of it)."""
+        self.crossing = [0] * block_size
+        """``[r]``: how many members have an offset ``r`` modulo the block size."""
         self.steps = 0
-        """Deferred steps taken so far."""
+        """Steps the group has taken."""
+        self.by_residue: list[list[Sequence]] | None = (
+            [[] for _ in range(block_size)] if with_blocks else None
+        )
+        """With blocks that have identities (a prefix cache): ``[r]``, the members with
+        offset ``r`` modulo the block size in running order, so that each step takes new
+        blocks for exactly those entering one and caches exactly the blocks it fills, in the
+        order ``schedule()`` would."""
 
-    @classmethod
-    def start(cls, running: list[Sequence], block_size: int, budget: int) -> DecodeRun | None:
-        """Freeze ``running``, or None if the next step cannot decode all of it at once."""
-        if not running or len(running) > budget:
-            return None
-        crossing = [0] * block_size
-        context = 0
-        finish_at: dict[int, list[Sequence]] = {}
-        for seq in running:
-            c = seq.num_computed
-            context += c
-            crossing[c % block_size] += 1
-            finish_at.setdefault(seq.max_tokens - len(seq.output), []).append(seq)
-        return cls(len(running), context, finish_at, crossing)
-
-    def blocks_to_grow(self, t: int, block_size: int) -> int:
-        """Blocks the batch needs for deferred step ``t``: one per sequence whose KV fills
-        its last block exactly before that step."""
-        return self.crossing[(1 - t) % block_size]
+    def join(self, seq: Sequence, block_size: int) -> None:
+        """Add ``seq`` (it just sampled, its fields are true) behind the members."""
+        steps = self.steps
+        seq.deferred_from = steps
+        offset = seq.num_computed - steps
+        self.num_seqs += 1
+        self.context += offset
+        r = offset % block_size
+        self.crossing[r] += 1
+        last = steps + seq.max_tokens - (seq.num_tokens - seq.prompt_len)
+        members = self.finish_at.get(last)
+        if members is None:
+            self.finish_at[last] = [seq]
+            heapq.heappush(self.finish_steps, last)
+        else:
+            members.append(seq)
+        if self.by_residue is not None:
+            self.by_residue[r].append(seq)
 
     def drop(self, seq: Sequence, block_size: int) -> None:
-        """Take a finished ``seq`` (with ``num_computed`` as at the run's start) out."""
+        """Take a member out (its fields still as when it joined)."""
+        offset = seq.num_computed - seq.deferred_from
         self.num_seqs -= 1
-        self.context -= seq.num_computed
-        self.crossing[seq.num_computed % block_size] -= 1
+        self.context -= offset
+        r = offset % block_size
+        self.crossing[r] -= 1
+        if self.by_residue is not None:
+            self.by_residue[r].remove(seq)
 
+    def next_finish(self) -> int:
+        """The first step in which a member finishes (the group must not be empty)."""
+        heap, finish_at = self.finish_steps, self.finish_at
+        while heap[0] not in finish_at:
+            heapq.heappop(heap)
+        return heap[0]
 
-class BlockDecodeRun(DecodeRun):
-    """A ``DecodeRun`` over blocks with identities (prefix caching): the sequences grouped by
-    ``num_computed % block_size``, so that each deferred step takes new blocks for exactly
-    those entering one and caches exactly the blocks that the step fills, as ``schedule()``
-    would; and a watch on the head of the waiting queue, whose prefix-cache hit decides
-    whether it could be admitted."""
+    def context_before(self, t: int) -> int:
+        """Tokens of KV the members hold before step ``t``."""
+        return self.context + self.num_seqs * (t - 1)
 
-    __slots__ = ("by_residue", "head", "chain", "hits")
-
-    def __init__(
-        self,
-        num_seqs: int,
-        context: int,
-        finish_at: dict[int, list[Sequence]],
-        crossing: list[int],
-        by_residue: list[list[Sequence]],
-    ) -> None:
-        super().__init__(num_seqs, context, finish_at, crossing)
-        self.by_residue = by_residue
-        """``[r]``: the sequences with ``num_computed % block_size == r`` at the start."""
-        self.head: Sequence | None = None
-        """The waiting sequence ``chain`` and ``hits`` are about."""
-        self.chain: frozenset[int] = frozenset()
-        """Hashes of the head's blocks a hit could cover: while a step evicts or caches none
-        of them, the head's hit is unchanged."""
-        self.hits: list[int] | None = None
-        """The head's hit blocks (None: look again; frees change which ones are free)."""
-
-    @classmethod
-    def start(cls, running: list[Sequence], block_size: int, budget: int) -> BlockDecodeRun | None:
-        """Freeze ``running``, or None if the next step cannot decode all of it at once."""
-        run = DecodeRun.start(running, block_size, budget)
-        if run is None:
-            return None
-        by_residue: list[list[Sequence]] = [[] for _ in range(block_size)]
-        for seq in running:
-            by_residue[seq.num_computed % block_size].append(seq)
-        return cls(run.num_seqs, run.context, run.finish_at, run.crossing, by_residue)
+    def blocks_to_grow(self, t: int, block_size: int) -> int:
+        """Blocks the members need for step ``t``: one per member whose KV fills its last
+        block exactly before that step."""
+        return self.crossing[(1 - t) % block_size]
 
     def growing(self, t: int, block_size: int) -> list[Sequence]:
-        """The sequences that need a new block in deferred step ``t``."""
+        """The members that need a new block in step ``t`` (with ``by_residue``)."""
+        assert self.by_residue is not None
         return self.by_residue[(1 - t) % block_size]
 
     def filling(self, t: int, block_size: int) -> list[Sequence]:
-        """The sequences whose step ``t`` fills their last block."""
+        """The members whose step ``t`` fills their last block (with ``by_residue``)."""
+        assert self.by_residue is not None
         return self.by_residue[-t % block_size]
-
-    def drop(self, seq: Sequence, block_size: int) -> None:
-        """Take a finished ``seq`` (with ``num_computed`` as at the run's start) out."""
-        super().drop(seq, block_size)
-        self.by_residue[seq.num_computed % block_size].remove(seq)
-        self.hits = None

@@ -1,123 +1,168 @@
-"""Deferred decode steps, shared by the policies (docs/scheduler.md, "Deferred decode steps").
+"""The deferred decode group, shared by the policies (docs/scheduler.md, "Fast steps").
 
-Most steps of a busy server decode every running sequence and change nothing else.
-``decode_step()`` recognises such a step in O(1) and defers the per-sequence work (advancing
-``num_computed``, sampling) to ``_settle()``, which runs before the next ``schedule()`` or
-whenever the running sequences are read: they are then exactly what ``schedule()`` +
-``update()`` would have left after each of those steps. With a prefix cache a step also takes
-the blocks of the sequences entering a new one and caches the blocks it fills, at once, as
-``schedule()`` would (evictions included); a step whose evictions or new cached blocks touch
-what the head of the waiting queue could hit goes through ``schedule()`` instead.
+Most running sequences of a busy server just decode, step after step. They form a group
+(``decode_run.py``) at the head of the running order whose per-sequence work (advancing
+``num_computed``, sampling) is deferred to ``_settle()``, which runs before the next
+``schedule()`` or whenever the running sequences are read: they are then exactly what
+``schedule()`` + ``update()`` would have left after each step. With a prefix cache each step
+still takes the blocks of the members entering a new one and caches the blocks they fill, at
+once and in the order ``schedule()`` would (evictions included).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from itertools import islice
 
 from simulator.scheduling.block_hash import extend_hashes
 from simulator.scheduling.block_manager import BlockManager
-from simulator.scheduling.decode_run import BlockDecodeRun, DecodeRun
-from simulator.scheduling.interface import ManySampler
+from simulator.scheduling.decode_run import DecodeRun
+from simulator.scheduling.interface import DecodeStretch, ManySampler, Sampler, StepPlan
 from simulator.scheduling.kv_cache_manager import KVCacheManager
-from simulator.scheduling.sequence import Sequence
+from simulator.scheduling.sequence import Sequence, SequenceStatus
 
 
 class DeferredDecodes:
-    """The decode fast path of a policy; the policy says who heads its waiting queue and
-    whether that head would be admitted after a plain decode step."""
+    """The deferred decode group of a policy, and its prefix-cache head watch."""
 
     blocks: BlockManager | KVCacheManager
     max_num_batched_tokens: int
-    max_num_seqs: int
+    sample_fn: Sampler | None
     sample_many: ManySampler | None
     eos_token_id: int | None
     _running: list[Sequence]
-    _all_decoding: bool
     _run: DecodeRun | None
-    _finishing: list[Sequence]
+    _finishing: list[Sequence]  # members that sample their last token in the step taken
+    _fast_plan: StepPlan | None  # the plan of the fast step taken, until it is finished
+    _sampled: list[Sequence]  # who sampled in the last update(): a new group starts with them
+    # the waiting head's prefix-cache hit as last looked up: (head, hashes its hit could
+    # cover or None until needed, hit blocks); kept while no step evicts or caches those
+    _memo: tuple[Sequence, frozenset[int] | None, list[int]] | None
 
-    def _head(self) -> Sequence | None:
-        """The waiting sequence admission would try first, if any."""
-        raise NotImplementedError
+    def _can_defer(self) -> bool:
+        """Whether tokens can be sampled later, many at once: no EOS (only sampling reveals
+        one), and no sampler or one that can give ``k`` tokens at once."""
+        return self.eos_token_id is None and (
+            self.sample_fn is None or self.sample_many is not None
+        )
 
-    def _admissible(self, head: Sequence, num_running: int, grow: int, hits: list[int]) -> bool:
-        """Whether admission would take ``head`` (starting from ``hits``) after a full decode
-        of ``num_running`` sequences that takes ``grow`` more blocks."""
+    def _start_run(self) -> DecodeRun:
+        """A group of the running sequences, from the head, that sampled in the last update()."""
+        bs = self.blocks.block_size
+        run = DecodeRun(bs, with_blocks=isinstance(self.blocks, KVCacheManager))
+        sampled = {id(s) for s in self._sampled}
+        for seq in self._running:
+            if id(seq) not in sampled:
+                break
+            run.join(seq, bs)
+        self._run = run
+        return run
+
+    def _num_waiting(self) -> int:
+        """Sequences waiting for admission."""
         raise NotImplementedError
 
     def _retire(self, seq: Sequence) -> None:
         raise NotImplementedError
 
-    def decode_step(self) -> tuple[int, int]:
-        """Take the next step as a deferred decode of every running sequence, if the policy
-        would plan exactly that (nobody admitted or preempted): return the number of
-        sequences and their context tokens before the step; else ``(0, 0)``, and the step
-        must go through ``schedule()`` and ``update()``. ``finish_decode_step()`` is then the
-        step's ``update()``: it retires the sequences that sampled their last token."""
-        if self._finishing:  # the caller skipped finish_decode_step(): do it for them
-            self.finish_decode_step()
+    # -- stretches of pure decode steps ------------------------------------------------------
+
+    def decode_stretch(self) -> DecodeStretch | None:
+        """The steps ahead in which only the group runs (nobody else runs or waits), up to
+        the first in which a member finishes, while its blocks are free; None if the next
+        step is not one (or blocks have identities: those go step by step)."""
+        if self._fast_plan is not None:
+            self.finish_fast_step()
+        blocks = self.blocks
+        if not isinstance(blocks, BlockManager) or self._num_waiting():
+            return None
+        run = self._run
+        if run is None:
+            if not self._can_defer():
+                return None
+            run = self._start_run()
+        m = run.num_seqs
+        if not m or m != len(self._running) or m > self.max_num_batched_tokens:
+            return None
+        t = run.steps + 1
+        bs = blocks.block_size
+        if blocks.num_used + run.crossing[(1 - t) % bs] > blocks.num_blocks:
+            return None
+        steps = _stretch(run, t, run.next_finish(), blocks.num_used, blocks.num_blocks, bs)
+        return DecodeStretch(m, steps, 0)
+
+    def take_decodes(self, k: int) -> list[Sequence]:
+        """Take the first ``k`` steps of the last ``decode_stretch()``; return who finished
+        (only its last step can finish anybody)."""
         run = self._run
         blocks = self.blocks
+        assert run is not None and isinstance(blocks, BlockManager) and k > 0
+        t0 = run.steps
         bs = blocks.block_size
+        crossing = run.crossing
+        blocks.take(sum(crossing[(1 - t) % bs] for t in range(t0 + 1, t0 + k + 1)))
+        run.steps = t = t0 + k
+        assert run.next_finish() >= t, "a stretch ends with the first step that finishes anybody"
+        done = run.finish_at.pop(t, None)
+        if done is None:
+            return []
+        for seq in done:
+            run.drop(seq, bs)
+            self._advance(seq, t - seq.deferred_from)
+        for seq in done:
+            self._retire(seq)
+        return done
+
+    def decode_batch_ids(self) -> list[Hashable]:
+        """The ids of the sequences in the deferred decode group, in running order."""
+        run = self._run
         if run is None:
-            if not self._all_decoding or self.sample_many is None or self.eos_token_id is not None:
-                return 0, 0
-            kind = BlockDecodeRun if isinstance(blocks, KVCacheManager) else DecodeRun
-            run = kind.start(self._running, bs, self.max_num_batched_tokens)
-            if run is None:
-                return 0, 0
-            self._run = run
-        if not run.num_seqs:  # everybody finished: the next step admits or the server idles
-            return 0, 0
-        t = run.steps + 1
-        if isinstance(run, BlockDecodeRun):
-            if not self._block_step(run, t):
-                return 0, 0
-        else:
-            grow = run.blocks_to_grow(t, bs)
-            if blocks.num_used + grow > blocks.num_blocks:  # a block is missing: preemption
-                return 0, 0
-            head = self._head()
-            if head is not None and self._admissible(head, run.num_seqs, grow, []):
-                return 0, 0
-            assert isinstance(blocks, BlockManager)
-            blocks.take(grow)
-        run.steps = t
-        self._finishing = run.finish_at.pop(t, [])
-        return run.num_seqs, run.context + run.num_seqs * (t - 1)
+            return []
+        return [seq.seq_id for seq in self._running[: run.num_seqs]]
 
-    def _has_room(self, num_running: int) -> bool:
-        return num_running < self.max_num_seqs and num_running < self.max_num_batched_tokens
-
-    def _block_step(self, run: BlockDecodeRun, t: int) -> bool:
-        """Deferred step ``t`` over blocks with identities: take and cache its blocks, unless
-        it is not a plain decode step (then change nothing and return False)."""
+    def _advance(self, seq: Sequence, k: int) -> None:
+        """Apply ``k`` deferred decode steps to member ``seq`` (its blocks were taken already)."""
+        if self.sample_fn is not None:
+            assert self.sample_many is not None
+            seq.output.extend(self.sample_many(seq, k))
+        seq.num_computed += k
+        seq.num_tokens += k
+        seq.deferred_from += k
         blocks = self.blocks
-        assert isinstance(blocks, KVCacheManager)
+        if isinstance(blocks, BlockManager):
+            blocks.settle(seq, seq.num_computed)
+
+    def _settle(self) -> None:
+        """Bring every member up to date; the group stays (the offsets do not move)."""
+        if self._fast_plan is not None:
+            self.finish_fast_step()
+        run = self._run
+        if run is None or not run.num_seqs:
+            return
+        steps = run.steps
+        for seq in self._running[: run.num_seqs]:
+            if seq.deferred_from != steps:
+                self._advance(seq, steps - seq.deferred_from)
+
+    def finish_fast_step(self) -> list[Sequence]:
+        """Implemented by the fast path (``fast_step.py``)."""
+        raise NotImplementedError
+
+    # -- member blocks -------------------------------------------------------------------------
+
+    def _grow_members(self, run: DecodeRun, t: int, grow: int) -> None:
+        """Take (and with a prefix cache, cache) the members' blocks of step ``t``; the caller
+        checked that ``grow`` blocks are free."""
+        blocks = self.blocks
+        if isinstance(blocks, BlockManager):
+            blocks.take(grow)
+            return
         pool, bs = blocks.pool, blocks.block_size
         growing, filling = run.growing(t, bs), run.filling(t, bs)
-        grow = len(growing)
-        if grow > pool.num_free:  # a block is missing: preemption
-            return False
-        fills = [(seq, (seq.num_computed + t) // bs - 1) for seq in filling]
+        fills = [(seq, (seq.num_computed - seq.deferred_from + t) // bs - 1) for seq in filling]
         fill_hashes = [extend_hashes(seq, j + 1, bs)[j] for seq, j in fills]
-        head = self._head()
-        if head is not None and self._has_room(run.num_seqs):
-            if run.head is not head:
-                run.head, run.hits = head, None
-                hit_max = (head.num_tokens - 1) // bs
-                run.chain = frozenset(extend_hashes(head, hit_max, bs)[:hit_max])
-            chain = run.chain
-            evicted = islice(pool.free_cached(), max(0, grow - len(pool.free_blank)))
-            if any(pool.block_hash[b] in chain for b in evicted):
-                return False
-            if any(h in chain for h in fill_hashes):
-                return False
-            if run.hits is None:
-                run.hits = blocks.lookup(head)
-            if self._admissible(head, run.num_seqs, grow, run.hits):
-                return False
+        if self._memo is not None:
+            self._watch_head(grow, fill_hashes)
         if grow:
             for seq, b in zip(growing, pool.take(grow), strict=True):
                 seq.block_ids.append(b)
@@ -126,42 +171,53 @@ class DeferredDecodes:
         for (seq, j), h in zip(fills, fill_hashes, strict=True):
             cache(seq.block_ids[j], h)
             seq.num_cached_blocks = j + 1
-        return True
 
-    def finish_decode_step(self) -> list[Sequence]:
-        """The ``update()`` of a deferred decode step: settle and retire the sequences that
-        sampled their last token in it (in plan order); return them."""
-        if not self._finishing:
-            return []
-        done, self._finishing = self._finishing, []
-        run = self._run
-        assert run is not None
-        bs = self.blocks.block_size
-        for seq in done:
-            run.drop(seq, bs)
-            self._advance(seq, run.steps)
-            self._retire(seq)
-        return done
-
-    def decode_batch_ids(self) -> list[Hashable]:
-        """The ids of the sequences the deferred decode steps are stepping, in plan order."""
-        return [seq.seq_id for seq in self._running]
-
-    def _advance(self, seq: Sequence, k: int) -> None:
-        """Apply ``k`` deferred decode steps to ``seq`` (its blocks were taken already)."""
-        assert self.sample_many is not None
-        seq.output.extend(self.sample_many(seq, k))
-        seq.num_computed += k
-        seq.num_tokens += k
+    def _watch_head(self, grow: int, fill_hashes: list[int]) -> None:
+        """Forget the head's hit if taking ``grow`` blocks evicts, or the fills cache, a block
+        its hit could cover."""
         blocks = self.blocks
-        if isinstance(blocks, BlockManager):
-            blocks.settle(seq, seq.num_computed)
-
-    def _settle(self) -> None:
-        """Apply the deferred decode steps to every running sequence."""
-        self.finish_decode_step()
-        run, self._run = self._run, None
-        if run is None or not run.steps:
+        assert isinstance(blocks, KVCacheManager) and self._memo is not None
+        head, chain, hits = self._memo
+        if head.status is not SequenceStatus.WAITING:
+            self._memo = None
             return
-        for seq in self._running:
-            self._advance(seq, run.steps)
+        if chain is None:
+            bs = blocks.block_size
+            hit_max = (head.num_tokens - 1) // bs
+            chain = frozenset(extend_hashes(head, hit_max, bs)[:hit_max])
+            self._memo = (head, chain, hits)
+        pool = blocks.pool
+        evicted = islice(pool.free_cached(), max(0, grow - len(pool.free_blank)))
+        if any(pool.block_hash[b] in chain for b in evicted) or any(
+            h in chain for h in fill_hashes
+        ):
+            self._memo = None
+
+    def _lookup(self, seq: Sequence) -> list[int]:
+        """The prefix-cache hit of waiting ``seq`` (remembered while nothing can change it)."""
+        memo = self._memo
+        if memo is not None and memo[0] is seq:
+            return memo[2]
+        blocks = self.blocks
+        assert isinstance(blocks, KVCacheManager)
+        hits = blocks.lookup(seq)
+        self._memo = (seq, None, hits)
+        return hits
+
+
+def _stretch(
+    run: DecodeRun, t: int, last: int, used: int, num_blocks: int, block_size: int
+) -> Iterator[tuple[int, int]]:
+    """(context before, blocks used once planned) of the group's steps ``t`` .. ``last``
+    while their blocks fit in ``num_blocks``."""
+    m, crossing = run.num_seqs, run.crossing
+    ctx = run.context_before(t)
+    while True:
+        used += crossing[(1 - t) % block_size]
+        if used > num_blocks:
+            return
+        yield ctx, used
+        if t == last:
+            return
+        t += 1
+        ctx += m

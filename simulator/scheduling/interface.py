@@ -2,13 +2,14 @@
 
 The engine drives any policy through ``Scheduler`` alone: ``add()`` a sequence, ``schedule()``
 a step (a ``StepPlan``: vLLM's ``SchedulerOutput``), time it, ``update()`` it, read the KV
-usage and queue lengths. It never reads a policy's queues or writes a sequence.
+usage and queue lengths; or, where the policy allows, ``fast_step()`` and
+``finish_fast_step()`` instead. It never reads a policy's queues or writes a sequence.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import Protocol
 
 from simulator.scheduling.sequence import Sequence
@@ -32,9 +33,22 @@ class ManySampler(Protocol):
 
 class StepPlan:
     """One step as planned by ``schedule()``: who computes how many tokens (vLLM's
-    ``SchedulerOutput``). ``update()`` completes it with the sequences that sampled."""
+    ``SchedulerOutput``). ``update()`` completes it with the sequences that sampled.
 
-    __slots__ = ("seqs", "num_new_tokens", "context_lens", "num_admitted", "preempted", "sampled")
+    A plan from ``fast_step()`` leaves out the sequences of its deferred decode group: they
+    are ``num_deferred`` more, each decoding one token on ``deferred_context`` tokens of KV in
+    all, ahead of ``seqs`` in the running order, and each samples."""
+
+    __slots__ = (
+        "seqs",
+        "num_new_tokens",
+        "context_lens",
+        "num_admitted",
+        "preempted",
+        "sampled",
+        "num_deferred",
+        "deferred_context",
+    )
 
     def __init__(
         self,
@@ -55,7 +69,13 @@ class StepPlan:
         self.preempted = preempted
         """Sequences preempted while planning, in the order they were preempted."""
         self.sampled: list[Sequence] = []
-        """Filled by ``update()``: the sequences that sampled a token, in plan order."""
+        """Filled by ``update()``: the sequences of ``seqs`` that sampled a token, in plan
+        order (the deferred ones all sample and are not listed)."""
+        self.num_deferred = 0
+        """Sequences of a deferred decode group in the step, not in ``seqs`` (0 from
+        ``schedule()``)."""
+        self.deferred_context = 0
+        """Tokens those ``num_deferred`` sequences hold in KV before the step, in all."""
 
     @property
     def admitted(self) -> list[Sequence]:
@@ -70,19 +90,39 @@ class StepPlan:
 
     @property
     def num_scheduled_tokens(self) -> dict[Hashable, int]:
-        """``{seq_id: tokens}`` in plan order (the spec's return value of ``schedule()``)."""
+        """``{seq_id: tokens}`` of ``seqs`` in plan order (the spec's return value of
+        ``schedule()``)."""
         return {s.seq_id: n for s, n in zip(self.seqs, self.num_new_tokens, strict=True)}
 
     @property
     def total_num_scheduled_tokens(self) -> int:
         """Tokens computed in the step."""
-        return sum(self.num_new_tokens)
+        return sum(self.num_new_tokens) + self.num_deferred
 
     def __len__(self) -> int:
-        return len(self.seqs)
+        return len(self.seqs) + self.num_deferred
 
     def __repr__(self) -> str:
-        return f"StepPlan({self.num_scheduled_tokens}, preempted={len(self.preempted)})"
+        deferred = f", deferred={self.num_deferred}" if self.num_deferred else ""
+        return f"StepPlan({self.num_scheduled_tokens}{deferred}, preempted={len(self.preempted)})"
+
+
+class DecodeStretch:
+    """Steps offered by ``decode_stretch()``: ``num_seqs`` sequences decode one token each
+    in every one of them."""
+
+    __slots__ = ("num_seqs", "steps", "num_cached_blocks")
+
+    def __init__(
+        self, num_seqs: int, steps: Iterator[tuple[int, int]], num_cached_blocks: int
+    ) -> None:
+        self.num_seqs = num_seqs
+        """Sequences decoding in each step."""
+        self.steps = steps
+        """Per step, in order: (KV tokens of the sequences before it, KV blocks used once it
+        is planned)."""
+        self.num_cached_blocks = num_cached_blocks
+        """Free blocks the prefix cache keeps, the same in every step."""
 
 
 class Scheduler(ABC):
@@ -147,18 +187,34 @@ class Scheduler(ABC):
         """Apply the last plan (KV progress, sampling, retiring); return the sequences that
         finished in this step and fill the plan's ``sampled``."""
 
-    # -- optional fast path for plain decode steps --------------------------------------------
+    # -- optional fast path -----------------------------------------------------------------
 
-    def decode_step(self) -> tuple[int, int]:
-        """Take the next step as a deferred decode of every running sequence if the policy
-        would plan exactly that; return ``(sequences, context tokens before the step)``, or
-        ``(0, 0)``: the step must go through ``schedule()`` and ``update()``."""
-        return 0, 0
+    def fast_step(self) -> StepPlan | None:
+        """Plan the next step without walking the sequences that just decode, if the policy
+        would plan it so (nobody preempted): a ``StepPlan`` whose ``num_deferred`` sequences
+        decode in a deferred group and whose ``seqs`` are the others; or None, and the step
+        must go through ``schedule()`` and ``update()``."""
+        return None
 
-    def finish_decode_step(self) -> list[Sequence]:
-        """The ``update()`` of a step taken by ``decode_step()``: the sequences that finished."""
+    def decode_stretch(self) -> DecodeStretch | None:
+        """The steps ahead in which only the deferred decode group runs, each decoding one
+        token (nobody else runs, nobody could be admitted, no block is missing), if the next
+        step is one; they end with the first step in which a member finishes. Nothing changes
+        until ``take_decodes()``."""
+        return None
+
+    def take_decodes(self, k: int) -> list[Sequence]:
+        """Take the first ``k`` steps of the last ``decode_stretch()`` (each as
+        ``fast_step()`` + ``finish_fast_step()`` would); return the sequences that finished
+        in the last of them."""
+        raise NotImplementedError
+
+    def finish_fast_step(self) -> list[Sequence]:
+        """The ``update()`` of a step planned by ``fast_step()``: the sequences that finished
+        (the plan's ``sampled`` is filled)."""
         return []
 
     def decode_batch_ids(self) -> list[Hashable]:
-        """The ids of the sequences that deferred decode steps are stepping, in plan order."""
+        """The ids of the sequences in the deferred decode group now, in running order (each
+        sampled in the last step)."""
         return []

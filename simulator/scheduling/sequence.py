@@ -39,6 +39,7 @@ class Sequence:
         "block_hashes",
         "num_cached_blocks",
         "arrival_order",
+        "deferred_from",
     )
 
     def __init__(
@@ -73,8 +74,8 @@ class Sequence:
         self.num_blocks = 0
         self.status = SequenceStatus.WAITING
         self.num_preemptions = 0
-        # prompt_len + len(output), kept as a field because the scheduler reads it for every
-        # sequence in every step; only the scheduler appends to ``output`` and keeps it in step.
+        # prompt_len + tokens sampled, kept as a field because the scheduler reads it for every
+        # sequence in every step (and a scheduler without a sampler keeps no ``output``).
         self.num_tokens = prompt_len
         self.num_cached_tokens = -1
         """Prompt tokens served from the prefix cache when first scheduled (-1 before)."""
@@ -86,6 +87,15 @@ class Sequence:
         """How many of ``block_ids`` are in the prefix cache (hit, or hashed once full)."""
         self.arrival_order = 0
         """Position in the order of ``add()`` calls (a priority policy's tie-breaker)."""
+        self.deferred_from = 0
+        """While in a group of deferred decode steps (``decode_run.py``): the group's step count
+        when it joined; ``num_computed``, ``num_tokens`` and ``output`` are as of then."""
+
+    @property
+    def num_output(self) -> int:
+        """Tokens sampled so far (``output`` holds them only when the scheduler has a
+        sampler; the count is kept either way)."""
+        return self.num_tokens - self.prompt_len
 
     @property
     def max_kv_tokens(self) -> int:
@@ -96,5 +106,5 @@ class Sequence:
         return (
             f"Sequence({self.seq_id!r}, {self.status.value}, "
             f"computed={self.num_computed}/{self.num_tokens}, blocks={self.num_blocks}, "
-            f"out={len(self.output)}/{self.max_tokens})"
+            f"out={self.num_output}/{self.max_tokens})"
         )

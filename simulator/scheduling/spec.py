@@ -13,7 +13,7 @@ from collections.abc import Hashable
 
 from simulator.scheduling.block_manager import BlockManager
 from simulator.scheduling.decode_run import DecodeRun
-from simulator.scheduling.deferred import DeferredDecodes
+from simulator.scheduling.fast_step import FastSteps
 from simulator.scheduling.interface import ManySampler, Sampler, Scheduler, StepPlan
 from simulator.scheduling.kv_cache_manager import KVCacheManager
 from simulator.scheduling.sequence import Sequence, SequenceStatus
@@ -28,7 +28,13 @@ def positive(name: str, value: int) -> int:
     return value
 
 
-class SpecScheduler(DeferredDecodes, Scheduler):
+def check_sampling(sample_fn: Sampler | None, eos_token_id: int | None) -> None:
+    """An EOS token can only be sampled: refuse one without a sampler."""
+    if sample_fn is None and eos_token_id is not None:
+        raise ValueError("eos_token_id needs a sample_fn (only sampling can reveal an EOS)")
+
+
+class SpecScheduler(FastSteps, Scheduler):
     """vLLM-v1-style step scheduler, exact to the spec."""
 
     def __init__(
@@ -37,7 +43,7 @@ class SpecScheduler(DeferredDecodes, Scheduler):
         block_size: int,
         max_num_seqs: int,
         max_num_batched_tokens: int,
-        sample_fn: Sampler,
+        sample_fn: Sampler | None = None,
         eos_token_id: int | None = None,
         *,
         sample_many: ManySampler | None = None,
@@ -56,11 +62,15 @@ class SpecScheduler(DeferredDecodes, Scheduler):
         """The KV blocks: counted, or with identities and a prefix cache."""
         self.max_num_seqs = positive("max_num_seqs", max_num_seqs)
         self.max_num_batched_tokens = positive("max_num_batched_tokens", max_num_batched_tokens)
+        check_sampling(sample_fn, eos_token_id)
         self.sample_fn = sample_fn
+        """The model's next token of a sequence, or None: no tokens are kept, only counted
+        (``num_output``)."""
         self.eos_token_id = eos_token_id
         self.sample_many = sample_many
         """``sample_many(seq, k)``: the next ``k`` tokens ``sample_fn`` would give, at once;
-        enables ``decode_step()`` (with no EOS, which only sampling can reveal)."""
+        with ``sample_fn`` it enables ``fast_step()`` (with no EOS, which only sampling can
+        reveal)."""
         self.keep_finished = keep_finished
         """Keep finished sequences in ``finished`` (False: forget them once returned)."""
         self._waiting: deque[Sequence] = deque()
@@ -70,9 +80,11 @@ class SpecScheduler(DeferredDecodes, Scheduler):
         self._num_preemptions = 0
         self._known: set[Hashable] = set()
         self._plan: StepPlan | None = None
-        self._all_decoding = False  # every running sequence sampled in the last update()
         self._run: DecodeRun | None = None
-        self._finishing: list[Sequence] = []  # retired by finish_decode_step()
+        self._finishing: list[Sequence] = []
+        self._fast_plan: StepPlan | None = None
+        self._sampled: list[Sequence] = []
+        self._memo = None
 
     # -- state -----------------------------------------------------------------------------
 
@@ -109,6 +121,9 @@ class SpecScheduler(DeferredDecodes, Scheduler):
     @property
     def num_waiting(self) -> int:
         """Sequences waiting for admission."""
+        return len(self._waiting)
+
+    def _num_waiting(self) -> int:
         return len(self._waiting)
 
     @property
@@ -155,7 +170,7 @@ class SpecScheduler(DeferredDecodes, Scheduler):
         """Append a new sequence to the tail of ``waiting``."""
         if seq.seq_id in self._known:
             raise ValueError(f"sequence {seq.seq_id!r} was already added")
-        if seq.status is not SequenceStatus.WAITING or seq.num_computed or seq.output:
+        if seq.status is not SequenceStatus.WAITING or seq.num_computed or seq.num_output:
             raise ValueError(f"sequence {seq.seq_id!r} is not new (status {seq.status.value})")
         reason = self.rejection_reason(seq)
         if reason is not None:
@@ -191,6 +206,7 @@ class SpecScheduler(DeferredDecodes, Scheduler):
     def schedule(self) -> StepPlan:
         """Plan one step: running first, then FCFS admissions, under one token budget."""
         self._settle()
+        self._run = self._memo = None  # the step may change anything: the group starts anew
         budget = self.max_num_batched_tokens
         seqs: list[Sequence] = []
         new_tokens: list[int] = []
@@ -218,14 +234,20 @@ class SpecScheduler(DeferredDecodes, Scheduler):
             context.append(c)
             budget -= n
             i += 1
-        num_running = len(seqs)
-        # Phase 2: strictly FCFS; a head that does not fit blocks everybody behind it.
+        self._plan = plan = StepPlan(seqs, new_tokens, context, 0, preempted)
+        self._admit(plan, budget, 0)
+        return plan
+
+    def _admit(self, plan: StepPlan, budget: int, cap: int) -> None:
+        """Phase 2: strictly FCFS; a head that does not fit blocks everybody behind it."""
         waiting = self._waiting
+        running = self._running
         blocks = self.blocks
+        limit = self.block_size
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             seq = waiting[0]
             if isinstance(blocks, KVCacheManager):  # start from the prefix-cache hit
-                hits = blocks.lookup(seq)
+                hits = self._lookup(seq)
                 hit = len(hits) * limit
                 n = min(seq.num_tokens - hit, budget)
                 if not blocks.admit(seq, hit + n, hits):
@@ -242,62 +264,8 @@ class SpecScheduler(DeferredDecodes, Scheduler):
             waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             running.append(seq)
-            seqs.append(seq)
-            new_tokens.append(n)
-            context.append(seq.num_computed)
+            plan.seqs.append(seq)
+            plan.num_new_tokens.append(n)
+            plan.context_lens.append(seq.num_computed)
+            plan.num_admitted += 1
             budget -= n
-        self._plan = plan = StepPlan(seqs, new_tokens, context, len(seqs) - num_running, preempted)
-        return plan
-
-    def update(self) -> list[Sequence]:
-        """Apply the last plan: advance KV, sample completed sequences, retire finished ones."""
-        plan = self._plan
-        if plan is None:
-            raise RuntimeError("update() without a schedule()")
-        self._plan = None
-        done: list[Sequence] = []
-        sampled = plan.sampled
-        eos = self.eos_token_id
-        sample_fn = self.sample_fn
-        # The plan holds the sequences themselves: finishing removes them from ``running``.
-        for seq, n in zip(plan.seqs, plan.num_new_tokens, strict=True):
-            seq.num_computed += n
-            if seq.num_computed == seq.num_tokens:
-                tok = sample_fn(seq)
-                seq.output.append(tok)
-                seq.num_tokens += 1
-                sampled.append(seq)
-                if tok == eos or len(seq.output) >= seq.max_tokens:
-                    done.append(seq)
-        for seq in done:
-            self._retire(seq)
-        self._all_decoding = len(sampled) - len(done) == len(self._running)
-        return done
-
-    def _retire(self, seq: Sequence) -> None:
-        seq.status = SequenceStatus.FINISHED
-        self._running.remove(seq)
-        self.blocks.free(seq)
-        if self.keep_finished:
-            self.finished.append(seq)
-
-    # -- decode fast path (deferred.py) ------------------------------------------------------
-
-    def _head(self) -> Sequence | None:
-        """The head of ``waiting``, if any."""
-        return self._waiting[0] if self._waiting else None
-
-    def _admissible(self, head: Sequence, num_running: int, grow: int, hits: list[int]) -> bool:
-        """Whether phase 2 would admit ``head`` (starting from ``hits``) after a full decode
-        of ``num_running`` that takes ``grow`` more blocks."""
-        budget = self.max_num_batched_tokens - num_running
-        if budget <= 0 or num_running >= self.max_num_seqs:
-            return False
-        blocks = self.blocks
-        if isinstance(blocks, KVCacheManager):
-            hit = len(hits) * blocks.block_size
-            n = min(head.num_tokens - hit, budget)
-            return blocks.num_needed(head, hit + n, hits) <= blocks.num_free - grow
-        n = min(head.num_tokens - head.num_computed, budget)
-        need = blocks.num_needed(head, head.num_computed + n)
-        return blocks.num_used + grow + need <= blocks.num_blocks

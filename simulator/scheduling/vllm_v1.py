@@ -23,15 +23,15 @@ from collections.abc import Hashable
 
 from simulator.scheduling.block_manager import BlockManager
 from simulator.scheduling.decode_run import DecodeRun
-from simulator.scheduling.deferred import DeferredDecodes
+from simulator.scheduling.fast_step import FastSteps
 from simulator.scheduling.interface import ManySampler, Sampler, Scheduler, StepPlan
 from simulator.scheduling.kv_cache_manager import KVCacheManager
 from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
 from simulator.scheduling.sequence import Sequence, SequenceStatus
-from simulator.scheduling.spec import positive
+from simulator.scheduling.spec import check_sampling, positive
 
 
-class VllmV1Scheduler(DeferredDecodes, Scheduler):
+class VllmV1Scheduler(FastSteps, Scheduler):
     """vLLM v1's scheduling policy, exact to the recorded traces."""
 
     def __init__(
@@ -40,7 +40,7 @@ class VllmV1Scheduler(DeferredDecodes, Scheduler):
         block_size: int,
         max_num_seqs: int,
         max_num_batched_tokens: int,
-        sample_fn: Sampler,
+        sample_fn: Sampler | None = None,
         eos_token_id: int | None = None,
         *,
         priority: bool = False,
@@ -70,9 +70,12 @@ class VllmV1Scheduler(DeferredDecodes, Scheduler):
             raise ValueError("long_prefill_token_threshold must be >= 0")
         self.long_prefill_token_threshold = long_prefill_token_threshold
         """Most tokens of one sequence per step when others wait or run (0: no cap)."""
+        check_sampling(sample_fn, eos_token_id)
         self.sample_fn = sample_fn
+        """The model's next token of a sequence, or None: tokens are only counted."""
         self.eos_token_id = eos_token_id
         self.sample_many = sample_many
+        """The next ``k`` tokens ``sample_fn`` would give, at once (for ``fast_step()``)."""
         self.keep_finished = keep_finished
         self.waiting: FCFSQueue | PriorityQueue = PriorityQueue() if priority else FCFSQueue()
         """Sequences waiting for admission."""
@@ -83,9 +86,11 @@ class VllmV1Scheduler(DeferredDecodes, Scheduler):
         self._num_added = 0
         self._known: set[Hashable] = set()
         self._plan: StepPlan | None = None
-        self._all_decoding = False
         self._run: DecodeRun | None = None
         self._finishing: list[Sequence] = []
+        self._fast_plan: StepPlan | None = None
+        self._sampled: list[Sequence] = []
+        self._memo = None
 
     # -- state -----------------------------------------------------------------------------
 
@@ -128,6 +133,9 @@ class VllmV1Scheduler(DeferredDecodes, Scheduler):
         """Sequences waiting for admission."""
         return len(self.waiting)
 
+    def _num_waiting(self) -> int:
+        return len(self.waiting)
+
     @property
     def num_preemptions(self) -> int:
         """Preemptions so far."""
@@ -155,7 +163,7 @@ class VllmV1Scheduler(DeferredDecodes, Scheduler):
         """Queue a new sequence (behind earlier ones of its priority)."""
         if seq.seq_id in self._known:
             raise ValueError(f"sequence {seq.seq_id!r} was already added")
-        if seq.status is not SequenceStatus.WAITING or seq.num_computed or seq.output:
+        if seq.status is not SequenceStatus.WAITING or seq.num_computed or seq.num_output:
             raise ValueError(f"sequence {seq.seq_id!r} is not new (status {seq.status.value})")
         reason = self.rejection_reason(seq)
         if reason is not None:
@@ -171,15 +179,20 @@ class VllmV1Scheduler(DeferredDecodes, Scheduler):
         """Plan one step: running sequences first, then admissions unless someone was
         preempted, under one token budget."""
         self._settle()
-        cap = self.long_prefill_token_threshold
-        if len(self._running) + len(self.waiting) <= 1:
-            cap = 0
+        self._run = self._memo = None  # the step may change anything: the group starts anew
+        cap = self._cap()
         plan = StepPlan([], [], [], 0, [])
         budget = self._schedule_running(plan, cap)
         if not plan.preempted:
-            self._schedule_waiting(plan, budget, cap)
+            self._admit(plan, budget, cap)
         self._plan = plan
         return plan
+
+    def _cap(self) -> int:
+        """``long_prefill_token_threshold`` when more than one sequence runs or waits."""
+        if len(self._running) + len(self.waiting) <= 1:
+            return 0
+        return self.long_prefill_token_threshold
 
     def _schedule_running(self, plan: StepPlan, cap: int) -> int:
         """Phase 1; returns the budget left."""
@@ -242,12 +255,12 @@ class VllmV1Scheduler(DeferredDecodes, Scheduler):
         self._num_preemptions += 1
         self.waiting.prepend(seq)
 
-    def _schedule_waiting(self, plan: StepPlan, budget: int, cap: int) -> None:
+    def _admit(self, plan: StepPlan, budget: int, cap: int) -> None:
         """Phase 2: admit from the head of ``waiting`` until one does not fit."""
         waiting, running, blocks = self.waiting, self._running, self.blocks
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             seq = waiting.peek()
-            hits = blocks.lookup(seq) if isinstance(blocks, KVCacheManager) else []
+            hits = self._lookup(seq) if isinstance(blocks, KVCacheManager) else []
             hit = len(hits) * self.block_size
             n = seq.num_tokens - hit
             if 0 < cap < n:
@@ -277,63 +290,3 @@ class VllmV1Scheduler(DeferredDecodes, Scheduler):
             plan.context_lens.append(hit)
             plan.num_admitted += 1
             budget -= n
-
-    def update(self) -> list[Sequence]:
-        """Apply the last plan: advance KV, sample completed sequences, retire finished ones
-        (in plan order, freeing their blocks tail first)."""
-        plan = self._plan
-        if plan is None:
-            raise RuntimeError("update() without a schedule()")
-        self._plan = None
-        done: list[Sequence] = []
-        sampled = plan.sampled
-        eos = self.eos_token_id
-        sample_fn = self.sample_fn
-        for seq, n in zip(plan.seqs, plan.num_new_tokens, strict=True):
-            seq.num_computed += n
-            if seq.num_computed == seq.num_tokens:
-                tok = sample_fn(seq)
-                seq.output.append(tok)
-                seq.num_tokens += 1
-                sampled.append(seq)
-                if tok == eos or len(seq.output) >= seq.max_tokens:
-                    done.append(seq)
-        for seq in done:
-            self._retire(seq)
-        self._all_decoding = len(sampled) - len(done) == len(self._running)
-        return done
-
-    def _retire(self, seq: Sequence) -> None:
-        seq.status = SequenceStatus.FINISHED
-        self._running.remove(seq)
-        self.blocks.free(seq)
-        if self.keep_finished:
-            self.finished.append(seq)
-
-    # -- decode fast path (deferred.py) ------------------------------------------------------
-
-    def _head(self) -> Sequence | None:
-        """The sequence admission would try first, if any."""
-        return self.waiting.peek() if self.waiting else None
-
-    def _admissible(self, head: Sequence, num_running: int, grow: int, hits: list[int]) -> bool:
-        """Whether admission would take ``head`` (starting from ``hits``) after a full decode
-        of ``num_running`` (nobody preempted) that takes ``grow`` more blocks."""
-        budget = self.max_num_batched_tokens - num_running
-        if budget <= 0 or num_running >= self.max_num_seqs:
-            return False
-        hit = len(hits) * self.block_size
-        n = head.num_tokens - hit
-        cap = self.long_prefill_token_threshold  # on: somebody runs and somebody waits
-        if 0 < cap < n:
-            n = cap
-        n = min(n, budget)
-        blocks = self.blocks
-        free = blocks.num_free - grow
-        if isinstance(blocks, KVCacheManager):
-            if self.reserve_full_isl and blocks.num_needed(head, head.num_tokens, hits) > free:
-                return False
-            return blocks.num_needed(head, hit + n, hits) <= free
-        if self.reserve_full_isl and blocks.num_needed(head, head.num_tokens) > free:
-            return False
-        return blocks.num_needed(head, n) <= free

@@ -1,0 +1,209 @@
+"""Steps planned in O(what changed), shared by the policies (docs/scheduler.md, "Fast steps").
+
+``schedule()`` walks every running sequence. In most steps of a busy server the first of them
+(the deferred decode group, ``deferred.py``) simply decode one token each, and only a few
+others (a prefill going on, new admissions) need work of their own. ``fast_step()`` plans
+such a step in O(1) for the group plus O(1) for each other sequence: it is exactly the plan
+``schedule()`` would make whenever the budget covers the whole group (the group comes first
+in the running order) and no block is missing (nobody would be preempted); otherwise it
+returns None and the step goes through ``schedule()``. Its ``update()``,
+``finish_fast_step()``, retires the members that finish (known from the group's sums) and
+the others that do, and lets the sequences that sampled join the group when they come right
+after it in the running order.
+"""
+
+from __future__ import annotations
+
+from simulator.scheduling.decode_run import DecodeRun
+from simulator.scheduling.deferred import DeferredDecodes
+from simulator.scheduling.interface import StepPlan
+from simulator.scheduling.kv_cache_manager import KVCacheManager
+from simulator.scheduling.sequence import Sequence, SequenceStatus
+
+
+class FastSteps(DeferredDecodes):
+    """``update()`` and the fast path of a policy, which says how it caps a sequence's
+    tokens in a step and how it admits waiting sequences (its phase 2)."""
+
+    keep_finished: bool
+    finished: list[Sequence]
+    _plan: StepPlan | None
+
+    def _cap(self) -> int:
+        """Most tokens of one sequence in the next step (0: no cap)."""
+        return 0
+
+    def _admit(self, plan: StepPlan, budget: int, cap: int) -> None:
+        """Phase 2: admit waiting sequences into ``plan`` with ``budget`` tokens left."""
+        raise NotImplementedError
+
+    # -- update ------------------------------------------------------------------------------
+
+    def update(self) -> list[Sequence]:
+        """Apply the last plan: advance KV, sample completed sequences, retire finished ones
+        (in plan order, freeing their blocks tail first)."""
+        plan = self._plan
+        if plan is None:
+            raise RuntimeError("update() without a schedule()")
+        self._plan = None
+        done = self._apply(plan)
+        for seq in done:
+            self._retire(seq)
+        self._sampled = plan.sampled
+        return done
+
+    def _apply(self, plan: StepPlan) -> list[Sequence]:
+        """Advance the KV of ``plan.seqs``, sample those that computed all their tokens (into
+        ``plan.sampled``); return those that finished, in plan order."""
+        done: list[Sequence] = []
+        sampled = plan.sampled
+        eos = self.eos_token_id
+        sample_fn = self.sample_fn
+        for seq, n in zip(plan.seqs, plan.num_new_tokens, strict=True):
+            seq.num_computed += n
+            if seq.num_computed == seq.num_tokens:
+                if sample_fn is not None:
+                    tok = sample_fn(seq)
+                    seq.output.append(tok)
+                    if tok == eos:
+                        seq.num_tokens += 1
+                        sampled.append(seq)
+                        done.append(seq)
+                        continue
+                seq.num_tokens += 1
+                sampled.append(seq)
+                if seq.num_tokens - seq.prompt_len >= seq.max_tokens:
+                    done.append(seq)
+        return done
+
+    def _retire(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.FINISHED
+        self._running.remove(seq)
+        self.blocks.free(seq)
+        if self.keep_finished:
+            self.finished.append(seq)
+
+    # -- the fast path -----------------------------------------------------------------------
+
+    def fast_step(self) -> StepPlan | None:
+        """Plan the next step with the deferred decode group as ``num_deferred`` sequences
+        (each decoding one token), if ``schedule()`` would plan exactly that and preempt
+        nobody; else None (nothing changed), and the step must go through ``schedule()``."""
+        if self._fast_plan is not None:  # the caller skipped finish_fast_step(): do it
+            self.finish_fast_step()
+        run = self._run
+        if run is None:
+            if not self._can_defer():
+                return None
+            run = self._start_run()
+        m = run.num_seqs
+        budget = self.max_num_batched_tokens - m
+        if budget < 0:  # the budget cuts the group
+            return None
+        blocks = self.blocks
+        t = run.steps + 1
+        grow = run.crossing[(1 - t) % blocks.block_size]
+        free = blocks.num_free - grow
+        if free < 0:  # a block is missing: preemption
+            return None
+        plan = StepPlan([], [], [], 0, [])
+        cap = self._cap()
+        if len(self._running) > m:
+            left = self._plan_others(plan, m, budget, cap, free)
+            if left is None:  # a block is missing: preemption
+                return None
+        else:
+            left = budget
+        if m:
+            self._grow_members(run, t, grow)
+        if plan.seqs:
+            self._grow_others(plan)
+        if left > 0 and self._num_waiting():
+            self._admit(plan, left, cap)
+        if not m and not plan.seqs:  # nothing to do (schedule() would say why)
+            return None
+        run.steps = t
+        self._finishing = run.finish_at.pop(t, []) if m else []
+        plan.num_deferred = m
+        plan.deferred_context = run.context_before(t)
+        self._fast_plan = plan
+        return plan
+
+    def _plan_others(self, plan: StepPlan, m: int, budget: int, cap: int, free: int) -> int | None:
+        """Phase 1 past the group: each running sequence after it takes its tokens, capped,
+        in order while budget lasts; the budget left, or None if its blocks are missing
+        (``free`` blocks are left after the group's)."""
+        running = self._running
+        bs = self.blocks.block_size
+        seqs, new_tokens, context = plan.seqs, plan.num_new_tokens, plan.context_lens
+        for i in range(m, len(running)):
+            if budget <= 0:
+                break
+            seq = running[i]
+            c = seq.num_computed
+            n = seq.num_tokens - c
+            if 0 < cap < n:
+                n = cap
+            if n > budget:
+                n = budget
+            need = -(-(c + n) // bs) - seq.num_blocks
+            if need > 0:
+                if need > free:
+                    return None
+                free -= need
+            seqs.append(seq)
+            new_tokens.append(n)
+            context.append(c)
+            budget -= n
+        return budget
+
+    def _grow_others(self, plan: StepPlan) -> None:
+        """Give the planned running sequences their blocks (known to be free), caching the
+        blocks they fill, as phase 1 of ``schedule()`` does."""
+        blocks = self.blocks
+        limit = blocks.block_size
+        caching = isinstance(blocks, KVCacheManager)
+        for seq, n, c in zip(plan.seqs, plan.num_new_tokens, plan.context_lens, strict=True):
+            if c + n > seq.num_blocks * limit:
+                grown = blocks.grow(seq, c + n)
+                assert grown
+            elif caching and (c + n) // limit > seq.num_cached_blocks:
+                blocks.cache_full(seq, c + n)  # type: ignore[union-attr]
+        self._memo = None  # their blocks may have evicted or cached what the head could hit
+
+    def finish_fast_step(self) -> list[Sequence]:
+        """The ``update()`` of a step planned by ``fast_step()``: retire the members that
+        sampled their last token and the others that finished (in plan order); the others
+        that sampled join the group while they follow it in the running order."""
+        plan = self._fast_plan
+        if plan is None:
+            return []
+        self._fast_plan = None
+        run = self._run
+        assert run is not None
+        bs = self.blocks.block_size
+        done = self._finishing
+        self._finishing = []
+        for seq in done:
+            run.drop(seq, bs)
+            self._advance(seq, run.steps - seq.deferred_from)
+        others_done = self._apply(plan) if plan.seqs else []
+        if plan.sampled:
+            self._join(run, plan)
+        if others_done:
+            done = done + others_done
+        for seq in done:
+            self._retire(seq)
+        return done
+
+    def _join(self, run: DecodeRun, plan: StepPlan) -> None:
+        """Let the planned sequences that sampled (and did not finish) join the group, in
+        order, up to the first that did not sample."""
+        bs = self.blocks.block_size
+        sampled = plan.sampled
+        # ``sampled`` is a subsequence of ``seqs``: the joiners are its common prefix
+        for seq, did in zip(plan.seqs, sampled, strict=False):
+            if did is not seq:
+                return
+            if seq.num_tokens - seq.prompt_len < seq.max_tokens:
+                run.join(seq, bs)
