@@ -19,7 +19,7 @@ from simulator.cost import (
     RooflineCostModel,
     build_cost_model,
 )
-from simulator.cost.batch import Batch
+from simulator.cost.batch import Batch, StepSums
 from simulator.cost.fitted import FittedCostConfig
 from simulator.errors import InputError
 from tests.paths import DATA
@@ -242,3 +242,50 @@ def test_peak_roofline_is_a_lower_bound_of_splitwise_measurements() -> None:
         if prompt_ms < prefill:
             below.add((tp, bs))
     assert below <= {(2, 64)}
+
+
+# ---- timing from sums (the engine's fast path) -------------------------------------------
+
+SUMS_MODELS = {
+    "linear": {
+        "type": "linear",
+        "base_ms": 3,
+        "per_token_ms": 0.013,
+        "per_seq_ms": 0.07,
+        "per_context_token_ms": 0.0003,
+    },
+    "roofline": {"type": "roofline", "model": "llama-3-8b", "hardware": "h100-sxm"},
+    "roofline-tp": {
+        "type": "roofline",
+        "model": "llama-2-70b",
+        "hardware": "a100-80gb",
+        "tp": 4,
+        "interconnect_bandwidth": 1.5e11,
+        "allreduce_latency_us": 8,
+    },
+    "fitted": {"type": "fitted", "path": "llama-2-70b_h100-sxm_tp8"},
+    "fitted-knee": {"type": "fitted", "path": "bloom-176b_a100-80gb_tp8"},
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(sorted(SUMS_MODELS)),
+    st.lists(
+        st.tuples(st.sampled_from([1, 1, 1, 2, 17, 512, 4096]), st.integers(0, 40_000)),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_time_from_sums_is_step_time_to_the_last_bit(
+    name: str, rows: list[tuple[int, int]]
+) -> None:
+    """A step timed from its sums (``StepSums``) takes exactly what ``step_time`` of its batch
+    says, bit for bit: the engine's fast path times steps so, the plain path from batches."""
+    model = build_cost_model(CONFIG.validate_python(SUMS_MODELS[name]))
+    assert model.times_from_sums
+    batch = Batch([n for n, _ in rows], [c for _, c in rows])
+    sums = StepSums.of(batch)
+    assert model.time_from_sums(*sums) == model.step_time(batch)
+    decodes = Batch([1] * len(rows), [c for _, c in rows])
+    assert model.decode_time(len(rows), sum(c for _, c in rows)) == model.step_time(decodes)

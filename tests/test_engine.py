@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import heapq
 from typing import Any
 
 import numpy as np
@@ -210,6 +211,24 @@ SHARED_CHATS = dict(
 
 VLLM = dict(scenario()["scheduler"], policy="vllm-v1")
 
+# issue 15's benchmark, small: fixed 512-token prompts and 256-token outputs, Llama-3-8B
+# roofline on an H100, KV for everybody (no preemption)
+BLIS: dict[str, Any] = {
+    "scheduler": {
+        "max_num_batched_tokens": 2048,
+        "max_num_seqs": 256,
+        "num_blocks": 26_312,
+        "block_size": 16,
+    },
+    "cost_model": {"type": "roofline", "model": "llama-3-8b", "hardware": "h100-sxm"},
+    "workload": {
+        "num_requests": 400,
+        "arrival": {"process": "poisson", "rate": 30},
+        "prompt_len": {"dist": "fixed", "value": 512},
+        "output_len": {"dist": "fixed", "value": 256},
+    },
+}
+
 
 @pytest.mark.parametrize(
     "over",
@@ -254,6 +273,13 @@ VLLM = dict(scenario()["scheduler"], policy="vllm-v1")
         },
         {"scheduler": VLLM},
         {"scheduler": dict(VLLM, enable_prefix_caching=False)},
+        {"scheduler": dict(VLLM, long_prefill_token_threshold=48), "workload": SHARED_CHATS},
+        {"scheduler": dict(VLLM, reserve_full_isl=False, enable_prefix_caching=False)},
+        {
+            "scheduler": BLIS["scheduler"],
+            "cost_model": BLIS["cost_model"],
+            "workload": BLIS["workload"],
+        },
         {"scheduler": dict(VLLM, priority_policy="priority"), "workload": SHARED_CHATS},
         {
             "scheduler": dict(scenario()["scheduler"], enable_prefix_caching=True),
@@ -272,6 +298,9 @@ VLLM = dict(scenario()["scheduler"], policy="vllm-v1")
         "cpu-serial",
         "vllm-v1",
         "vllm-v1-no-cache",
+        "vllm-v1-threshold-chats",
+        "vllm-v1-no-reserve",
+        "blis-shaped",
         "vllm-v1-priority-chats",
         "spec-cache-chats",
     ],
@@ -285,6 +314,109 @@ def test_deferred_decode_windows_change_nothing(over: dict[str, Any]) -> None:
     np.testing.assert_array_equal(fast.checksums, slow.checksums)
     decodes_only = (fast.steps["num_decode_seqs"] == fast.steps["num_seqs"]).mean()
     assert decodes_only > 0.3  # the fast path had work to do
+
+
+@pytest.mark.parametrize(
+    "sched",
+    [
+        BLIS["scheduler"],
+        dict(BLIS["scheduler"], enable_prefix_caching=True),
+        dict(BLIS["scheduler"], policy="vllm-v1"),
+        dict(BLIS["scheduler"], policy="vllm-v1", enable_prefix_caching=False),
+    ],
+    ids=["spec", "spec-cache", "vllm-v1", "vllm-v1-no-cache"],
+)
+def test_without_preemption_no_step_walks_the_batch(
+    sched: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With KV for everybody, every step, arrivals and prefills included, is a fast step or
+    part of a stretch of pure decodes: ``schedule()`` (which walks every running sequence)
+    never runs, and the tables are those of the plain path."""
+    from simulator.scheduling import SpecScheduler, VllmV1Scheduler
+
+    cfg = dict(BLIS, name="t", seed=3, scheduler=sched)
+    slow = simulator.runner.run(cfg, fast_decode=False)
+    calls = {"schedule": 0, "fast": 0, "stretch": 0}
+    for kind, name in (
+        ("schedule", "schedule"),
+        ("fast", "fast_step"),
+        ("stretch", "take_decodes"),
+    ):
+        for cls in (SpecScheduler, VllmV1Scheduler):
+            original = getattr(cls, name)
+
+            def counted(self: Any, *a: Any, _f: Any = original, _k: str = kind) -> Any:
+                calls[_k] += 1
+                return _f(self, *a)
+
+            monkeypatch.setattr(cls, name, counted)
+    fast = simulator.runner.run(cfg, fast_decode=True)
+    assert calls["schedule"] == 0
+    # every step that prefills (admissions included) is a fast step, and there are many
+    assert calls["fast"] >= (fast.steps["num_prefill_tokens"] > 0).sum() > 200
+    if not sched.get("enable_prefix_caching", sched.get("policy") == "vllm-v1"):
+        assert calls["stretch"] > 0  # pure decodes in stretches (blocks without identities)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+
+
+def test_token_counts_are_checked_per_request_and_per_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine keeps no tokens, but two independent counts: each sequence's own (checked
+    when it finishes) and the tokens each step reports sampling (checked for the run)."""
+    from simulator.scheduling.decode_run import DecodeRun
+    from simulator.scheduling.fast_step import FastSteps
+
+    cfg = dict(BLIS, name="t", workload=dict(BLIS["workload"], num_requests=30))
+    ok = simulator.runner.run(cfg)
+    assert (ok.checksums != 0).all() and len(set(ok.checksums.tolist())) == 30
+    join = DecodeRun.join
+
+    def one_late(self: DecodeRun, seq: Any, block_size: int) -> None:
+        join(self, seq, block_size)
+        if seq.seq_id == 7:  # a group that lets request 7 decode one step too many
+            last = max(t for t, seqs in self.finish_at.items() if seq in seqs)
+            self.finish_at[last].remove(seq)
+            self.finish_at.setdefault(last + 1, []).append(seq)
+            heapq.heappush(self.finish_steps, last + 1)
+
+    monkeypatch.setattr(DecodeRun, "join", one_late)
+    with pytest.raises(RuntimeError, match="request 7 finished with 257 tokens, expected 256"):
+        simulator.runner.run(cfg)
+    monkeypatch.undo()
+    apply = FastSteps._apply
+
+    def skips_one(self: FastSteps, plan: Any) -> Any:
+        done = apply(self, plan)
+        for seq in plan.sampled:  # request 7's first sample counts as two tokens
+            if seq.seq_id == 7 and seq.num_output == 1:
+                seq.num_tokens += 1
+        return done
+
+    monkeypatch.setattr(FastSteps, "_apply", skips_one)
+    with pytest.raises(RuntimeError, match="sampled 7679 tokens, expected 7680"):
+        simulator.runner.run(cfg)
+
+
+def test_plan_sums_are_those_of_the_whole_batch() -> None:
+    """A fast step's sums, from its group's two numbers and its other sequences, are the
+    sums of the batch it stands for, whatever the group members' own contexts."""
+    from simulator.cost.batch import Batch, StepSums
+    from simulator.engine.server import plan_sums
+    from simulator.scheduling.interface import StepPlan
+    from simulator.scheduling.sequence import Sequence
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        members = rng.integers(0, 5000, size=rng.integers(0, 30)).tolist()
+        others = rng.integers(1, 3, size=rng.integers(0 if members else 1, 6)).tolist()
+        new = [int(n) if n == 1 else int(rng.integers(2, 700)) for n in others]
+        ctx = rng.integers(0, 3000, size=len(new)).tolist()
+        plan = StepPlan([Sequence(i, 5, 5) for i in range(len(new))], new, ctx, 0, [])
+        plan.num_deferred, plan.deferred_context = len(members), sum(members)
+        batch = Batch([1] * len(members) + new, members + ctx)
+        assert plan_sums(plan) == tuple(StepSums.of(batch))
 
 
 def logging_recorder(logs: list[list[tuple[int, float]]]) -> type[Recorder]:

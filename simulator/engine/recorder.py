@@ -81,26 +81,31 @@ class Recorder:
     def record_decode_steps(
         self,
         num_seqs: int,
-        times: list[float],
+        starts: list[float],
+        durations: list[float],
         blocks_used: list[int],
         rest: tuple[int, int, int],
     ) -> None:
-        """Steps in which ``num_seqs`` sequences decode one token each and nothing else runs:
-        ``times`` holds (start, duration) per step, ``blocks_used`` its blocks used, ``rest``
-        (running, waiting, cached blocks), the same in every one; and their tokens, as
+        """Consecutive steps in which ``num_seqs`` sequences decode one token each and
+        nothing else runs: their starts, durations and blocks used; ``rest`` (running,
+        waiting, cached blocks) is the same in every one. Their tokens are recorded as
         ``record_decode_step`` would."""
-        durations = times[1::2]
-        if durations and not min(durations) > 0:
+        k = len(durations)
+        if not k:
+            return
+        if not min(durations) > 0:
             raise RuntimeError(f"cost model returned a non-positive step time {min(durations)!r}")
         m = num_seqs
         num_running, num_waiting, num_cached = rest
+        times = [0.0] * (2 * k)
+        times[0::2], times[1::2] = starts, durations
         self._step_times.extend(times)
-        ints = self._step_ints
-        for used in blocks_used:
-            ints.extend((m, m, 0, m, used, num_running, num_waiting, 0, num_cached))
+        ints = [m, m, 0, m, 0, num_running, num_waiting, 0, num_cached] * k
+        ints[4 :: len(STEP_INT_FIELDS)] = blocks_used
+        self._step_ints.extend(ints)
         self._run_gaps.extend(durations)
-        self._run_counts.extend([m] * len(durations))
-        self.num_tokens += m * len(durations)
+        self._run_counts.extend([m] * k)
+        self.num_tokens += m * k
         if len(self._step_times) >= 2 * CHUNK_STEPS:
             self._flush_steps()
         if len(self._run_gaps) >= CHUNK_GAPS:

@@ -184,21 +184,26 @@ class Server:
         decode_time = self.cost_model.decode_time
         arrival = self.next_arrival()  # nothing arrives before it while the window runs
         m = stretch.num_seqs
-        times: list[float] = []
+        starts: list[float] = []
+        durations: list[float] = []
         used_blocks: list[int] = []
+        add_start, add_duration, add_used = starts.append, durations.append, used_blocks.append
         last = end
         for context, used in stretch.steps:
-            if end >= arrival and (times or not first):
+            if end >= arrival and (starts or not first):
                 break
             duration = decode_time(m, context)
-            times += (end, duration)
-            used_blocks.append(used)
-            last, end = end, end + duration
+            add_start(end)
+            add_duration(duration)
+            add_used(used)
+            last = end
+            end += duration
             if start + (end - start) != end:
                 break
         rec.record_decode_steps(
             m,
-            times,
+            starts,
+            durations,
             used_blocks,
             (sched.num_running, sched.num_waiting, stretch.num_cached_blocks),
         )

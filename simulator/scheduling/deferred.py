@@ -100,7 +100,10 @@ class DeferredDecodes:
         t0 = run.steps
         bs = blocks.block_size
         crossing = run.crossing
-        blocks.take(sum(crossing[(1 - t) % bs] for t in range(t0 + 1, t0 + k + 1)))
+        # every member enters a new block once in ``bs`` steps: whole cycles take m each
+        grow = k // bs * run.num_seqs
+        grow += sum(crossing[(1 - t) % bs] for t in range(t0 + 1, t0 + k % bs + 1))
+        blocks.take(grow)
         run.steps = t = t0 + k
         assert run.next_finish() >= t, "a stretch ends with the first step that finishes anybody"
         done = run.finish_at.pop(t, None)
