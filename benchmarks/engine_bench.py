@@ -135,7 +135,10 @@ def full_run(scenario: dict[str, Any]) -> tuple[float, int, float]:
     cfg = resolve(scenario)
     start = time.perf_counter()
     result = run(cfg)
-    with tempfile.TemporaryDirectory() as folder, atomic_dir(Path(folder) / "out", overwrite=False) as tmp:
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        atomic_dir(Path(folder) / "out", overwrite=False) as tmp,
+    ):
         write_result(result, tmp, plots=False)
     wall = time.perf_counter() - start
     return wall, int(result.summary["num_steps"]), float(result.steps["num_seqs"].mean())

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from simulator.cost import CostModelConfig, ProfiledCostModel, build_cost_model
-from simulator.cost.batch import Batch
+from simulator.cost.batch import Batch, StepSums
 from simulator.cost.profiles import read_profile
 from simulator.errors import InputError
 from tests.paths import DATA
@@ -105,6 +105,28 @@ def test_decode_time_equals_step_time_of_any_decode_batch(contexts: list[int]) -
 
 
 MODEL_4090 = profiled()
+MODEL_VIDUR = profiled(VIDUR, format="vidur-mlp", model="llama-3-8b", hardware="a100-80gb")
+MODEL_PRO6000 = profiled(PRO6000, hardware="rtx-pro-6000", skew=False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(["4090", "vidur", "pro6000"]),
+    st.lists(
+        st.tuples(st.sampled_from([1, 1, 1, 3, 200, 2048]), st.integers(0, 12_000)),
+        min_size=1,
+        max_size=60,
+    ),
+)
+def test_time_from_sums_equals_step_time_of_any_batch(
+    name: str, steps: list[tuple[int, int]]
+) -> None:
+    """The engine's fast path times a step from its sums: bit for bit ``step_time``, with
+    profiled attention and with the roofline's (Vidur's MLP profile has none)."""
+    model = {"4090": MODEL_4090, "vidur": MODEL_VIDUR, "pro6000": MODEL_PRO6000}[name]
+    batch = Batch([n for n, _ in steps], [c for _, c in steps])
+    assert model.times_from_sums
+    assert model.time_from_sums(*StepSums.of(batch)) == model.step_time(batch)
 
 
 # ---- extrapolation -------------------------------------------------------------------------
@@ -159,7 +181,7 @@ def test_tp_without_a_link_leaves_the_allreduces_out_with_a_warning(
 def test_a_bundle_without_attention_prices_it_by_the_roofline(bundle: Path) -> None:
     (bundle / "tp1" / "attention.csv").unlink()
     model = profiled(bundle)
-    assert model._attn is None and model.times_decodes_from_sums
+    assert model._attn is None and model.times_from_sums
     short, long_ = (
         model.step_time(Batch.uniform(8, 1, 100)),
         model.step_time(Batch.uniform(8, 1, 9000)),
@@ -173,7 +195,7 @@ def test_skew_correction_slows_mixed_contexts_and_turns_off_the_fast_path() -> N
         profiled(PRO6000, hardware="rtx-pro-6000"),
         profiled(PRO6000, hardware="rtx-pro-6000", skew=False),
     )
-    assert not on.times_decodes_from_sums and off.times_decodes_from_sums
+    assert not on.times_from_sums and off.times_from_sums
     uniform = Batch.uniform(64, 1, 2000)
     assert on.step_time(uniform) == off.step_time(uniform)  # nothing to correct
     skewed = Batch([1] * 64, [500] * 48 + [6500] * 16)  # same mean context, 2000
@@ -188,7 +210,7 @@ def test_skew_correction_slows_mixed_contexts_and_turns_off_the_fast_path() -> N
 
 def test_rtx4090_bundle_has_no_skew_table() -> None:
     assert read_profile(RTX4090, "llmservingsim", 1).skew is None
-    assert MODEL_4090.times_decodes_from_sums
+    assert MODEL_4090.times_from_sums
 
 
 def test_vidur_mlp_profile_with_roofline_attention_and_head() -> None:

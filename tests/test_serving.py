@@ -99,3 +99,32 @@ def test_delays_with_a_closed_loop_are_refused_in_one_line() -> None:
     assert "\n" not in str(exc.value)
     cfg["serving"] = {"step_cpu_ms": 1}  # per-step CPU time is the engine's own: fine
     validate(cfg, "s.yaml")
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_step_cpu_time_from_sums_equals_step_time(overlap: bool) -> None:
+    """With per-step CPU time the engine still times its fast steps from their sums, to the
+    bit what ``step_time`` of their batch gives."""
+    from simulator.config import validate
+    from simulator.cost import build_cost_model
+    from simulator.cost.batch import Batch, StepSums
+    from simulator.engine.serving import ServingConfig, StepWithCpu
+
+    cfg = validate(
+        dict(
+            ONE_REQUEST,
+            cost_model={"type": "roofline", "model": "llama-3-8b", "hardware": "h100-sxm"},
+        ),
+        "t",
+    )
+    model = StepWithCpu(
+        build_cost_model(cfg.cost_model),
+        ServingConfig(step_cpu_ms=4, step_cpu_per_seq_us=30, async_scheduling=overlap),
+    )
+    assert model.times_from_sums
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n = rng.integers(1, 80)
+        new = np.where(rng.random(n) < 0.8, 1, rng.integers(2, 900, n)).tolist()
+        batch = Batch(new, rng.integers(0, 8000, n).tolist())
+        assert model.time_from_sums(*StepSums.of(batch)) == model.step_time(batch)

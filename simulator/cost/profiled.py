@@ -69,7 +69,7 @@ class ProfiledCostConfig(BaseModel):
 class ProfiledCostModel(CostModel):
     """Interpolated operator times of the step's exact batch (see the module docstring)."""
 
-    times_decodes_from_sums = True
+    times_from_sums = True
 
     def __init__(
         self, cfg: ProfiledCostConfig, model: ModelSpec, hw: HardwareSpec, profile: OperatorProfile
@@ -107,7 +107,7 @@ class ProfiledCostModel(CostModel):
         self._attn = profile.attention
         self._skew = profile.skew if cfg.skew else None
         # the skew correction needs every decode's context: no timing from sums then
-        self.times_decodes_from_sums = self._skew is None
+        self.times_from_sums = self._skew is None
         self._decode_rows = self._decode_attention_rows()
         self._limits = self._profiled_limits()
         self._warned = False
@@ -195,6 +195,27 @@ class ProfiledCostModel(CostModel):
                 attention += self._skewed(pc, kvp, nd, mean, longest, min(decodes), gap)
         return self._token_time(tokens) + attention + self._sequence_time(num_seqs)
 
+    def time_from_sums(
+        self,
+        num_seqs: int,
+        num_decodes: int,
+        num_tokens: int,
+        context: int,
+        decode_context: int,
+        pairs: int,
+    ) -> float:
+        """``step_time`` of a step with these sums when the skew correction is off (with it
+        on, the engine never calls this): the same lookups on the same numbers."""
+        if num_tokens == num_seqs:
+            return self.decode_time(num_seqs, context)
+        nd = num_decodes
+        mean = decode_context / nd if nd else 0.0
+        pc = num_tokens - nd
+        attention = self._attention(
+            pc, context - decode_context, nd, mean, None, counts=(pairs, context + num_tokens)
+        )
+        return self._token_time(num_tokens) + attention + self._sequence_time(num_seqs)
+
     def decode_time(self, num_seqs: int, context: int) -> float:
         """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in all
         (exactly ``step_time`` of any such batch when the skew correction is off: both go
@@ -244,12 +265,22 @@ class ProfiledCostModel(CostModel):
         return float(self._sequence_times(np.array([seqs]))[0])
 
     def _attention(
-        self, pc: int, kvp: int, nd: int, kvd: float, batch: Batch | None, context: int = 0
+        self,
+        pc: int,
+        kvp: int,
+        nd: int,
+        kvd: float,
+        batch: Batch | None,
+        context: int = 0,
+        counts: tuple[float, float] | None = None,
     ) -> float:
-        """All layers' attention: looked up in the profile, else the roofline."""
+        """All layers' attention: looked up in the profile, else the roofline (from the
+        batch, or its ``counts``: causal query-key pairs, KV tokens read)."""
         attn = self._attn
         if attn is None:
-            pairs, read = _roofline_attention_counts(pc, kvp, nd, kvd, batch, context)
+            if counts is None:
+                counts = _roofline_attention_counts(pc, kvp, nd, kvd, batch, context)
+            pairs, read = counts
             m, tp = self.model, self.cfg.tp
             flops = m.attention_flops_per_pair / tp * pairs
             nbytes = m.kv_bytes_per_token / tp * read

@@ -48,7 +48,7 @@ class StepWithCpu(CostModel):
     def __init__(self, gpu: CostModel, serving: ServingConfig) -> None:
         self.gpu = gpu
         """The cost model timing the GPU's part of a step."""
-        self.times_decodes_from_sums = gpu.times_decodes_from_sums
+        self.times_from_sums = gpu.times_from_sums
         self._fixed = serving.step_cpu_ms * _MS
         self._per_seq = serving.step_cpu_per_seq_us * _US
         self._overlap = serving.async_scheduling
@@ -60,6 +60,21 @@ class StepWithCpu(CostModel):
     def step_time(self, batch: Batch) -> float:
         """Seconds the step takes on the server."""
         return self._with_cpu(self.gpu.step_time(batch), len(batch.new_tokens))
+
+    def time_from_sums(
+        self,
+        num_seqs: int,
+        num_decodes: int,
+        num_tokens: int,
+        context: int,
+        decode_context: int,
+        pairs: int,
+    ) -> float:
+        """``step_time`` of a step, from its sums (when the GPU model allows it)."""
+        gpu = self.gpu.time_from_sums(
+            num_seqs, num_decodes, num_tokens, context, decode_context, pairs
+        )
+        return self._with_cpu(gpu, num_seqs)
 
     def decode_time(self, num_seqs: int, context: int) -> float:
         """``step_time`` of a decode step, from its sums (when the GPU model allows it)."""
