@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
+from itertools import islice
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from simulator.scheduling.interface import DecodeStretch
 from simulator.scheduling.kv_cache_manager import KVCacheManager
 from simulator.scheduling.sequence import PromptRuns
 from simulator.scheduling.spec import Sequence, SequenceStatus, SpecScheduler
@@ -269,6 +271,15 @@ def trace_run(
             i, r = pending.pop(0)
             added.append(sequence(i, r))  # type: ignore[arg-type]
             sched.add(added[-1])
+        stretch = sched.decode_stretch() if fast else None
+        if stretch is not None:  # up to the next arrival or peek, at most 1 to 5 steps
+            k = min(1 + t % 5, pending[0][1].arrive_step - t if pending else limit)
+            if peek_every:
+                k = min(k, peek_every - t % peek_every)
+            t += take_stretch(sched, stretch, k, trace)
+            if peek_every and t % peek_every == 0:
+                trace.append(tuple((s.seq_id, s.num_computed, s.num_blocks) for s in sched.running))
+            continue
         # queue lengths as the engine reads them: without settling deferred steps
         num_running, num_waiting = sched.num_running, sched.num_waiting
         fast_plan = sched.fast_step() if fast else None
@@ -293,6 +304,26 @@ def trace_run(
         if peek_every and t % peek_every == 0:
             trace.append(tuple((s.seq_id, s.num_computed, s.num_blocks) for s in sched.running))
     return trace, {s.seq_id: (s.num_output, s.output) for s in added}
+
+
+def take_stretch(
+    sched: AnyScheduler, stretch: DecodeStretch, k: int, trace: list[tuple[object, ...]]
+) -> int:
+    """Take up to ``k`` steps of ``stretch`` at once; add to ``trace`` what stepping one by
+    one would have (its steps only say how many decode and finish); return the steps taken."""
+    group = sched.decode_batch_ids()
+    steps = list(islice(stretch.steps, k))
+    finished = dict(sched.take_decodes(len(steps)))
+    for j, (m, context, used, finishing) in enumerate(steps):
+        assert m == len(group)
+        trace.append(([(i, 1) for i in group], context, used, 0, m, 0, []))
+        trace.append((sched.num_preemptions,))
+        done = finished.get(j, [])
+        assert finishing == len(done)
+        freed = sum(sched.blocks_for(s.num_computed) for s in done)
+        trace.append((tuple(s.seq_id for s in done), used - freed, list(group)))
+        group = [i for i in group if i not in {s.seq_id for s in done}]
+    return len(steps)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,28 +4,16 @@ proportional to requests, not to steps or tokens."""
 
 from __future__ import annotations
 
-from array import array
-
 import numpy as np
 import pandas as pd
 
+from simulator.engine.step_buffer import STEP_INT_FIELDS, StepBuffer
 from simulator.engine.step_sink import StepSink
-from simulator.metrics import Distribution, StepStats, build_steps
+from simulator.metrics import Distribution, StepStats
 from simulator.scheduling.interface import StepPlan
 from simulator.scheduling.sequence import Sequence
 
-STEP_INT_FIELDS = (
-    "num_seqs",
-    "num_tokens",
-    "num_prefill_tokens",
-    "num_decode_seqs",
-    "blocks_used",
-    "num_running",
-    "num_waiting",
-    "num_preemptions",
-    "num_cached_blocks",
-)
-"""Integer columns of a step row, in the order ``record_step`` takes them."""
+__all__ = ["CHUNK_GAPS", "CHUNK_STEPS", "STEP_INT_FIELDS", "Recorder"]
 
 CHUNK_STEPS = 1 << 16
 """Step rows buffered before they go to the sink (~5 MiB)."""
@@ -57,14 +45,11 @@ class Recorder:
         """Every gap between two consecutive tokens of a request."""
         self.step_stats = StepStats()
         self._last_token = [nan] * num_requests  # when each request last sampled
-        self._num_blocks = num_blocks
         self._sink = sink
-        self._step_times = array("d")  # start, duration per buffered step
-        self._step_ints = array("q")  # STEP_INT_FIELDS per buffered step
-        self._num_flushed = 0
-        self._gaps = array("d")  # gaps of single tokens
-        self._run_gaps = array("d")  # gaps shared by a whole deferred decode step ...
-        self._run_counts = array("q")  # ... and how many tokens share each
+        self._steps = StepBuffer(num_blocks, sink, self.step_stats, CHUNK_STEPS)
+        self._gaps: list[float] = []  # gaps of single tokens
+        self._run_gaps: list[float] = []  # gaps shared by a whole deferred decode step ...
+        self._run_counts: list[int] = []  # ... and how many tokens share each
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -73,63 +58,35 @@ class Recorder:
         nothing) and ``STEP_INT_FIELDS``."""
         if not (duration > 0 or duration == 0 and ints[0] == 0):
             raise RuntimeError(f"cost model returned a non-positive step time {duration!r}")
-        self._step_times.extend((start, duration))
-        self._step_ints.extend(ints)
-        if len(self._step_times) >= 2 * CHUNK_STEPS:
-            self._flush_steps()
+        self._steps.add(start, duration, ints)
 
     def record_decode_steps(
         self,
-        num_seqs: int,
+        sizes: list[tuple[int, int]],
         starts: list[float],
         durations: list[float],
         blocks_used: list[int],
-        rest: tuple[int, int, int],
+        num_cached_blocks: int,
     ) -> None:
-        """Consecutive steps in which ``num_seqs`` sequences decode one token each and
-        nothing else runs: their starts, durations and blocks used; ``rest`` (running,
-        waiting, cached blocks) is the same in every one. Their tokens are recorded as
+        """Consecutive steps in which every running sequence decodes one token and nobody
+        waits: their starts, durations and blocks used; ``sizes`` lists (first step, number of
+        sequences) wherever that number changes. Their tokens are recorded as
         ``record_decode_step`` would."""
         k = len(durations)
         if not k:
             return
         if not min(durations) > 0:
             raise RuntimeError(f"cost model returned a non-positive step time {min(durations)!r}")
-        m = num_seqs
-        num_running, num_waiting, num_cached = rest
-        times = [0.0] * (2 * k)
-        times[0::2], times[1::2] = starts, durations
-        self._step_times.extend(times)
-        ints = [m, m, 0, m, 0, num_running, num_waiting, 0, num_cached] * k
-        ints[4 :: len(STEP_INT_FIELDS)] = blocks_used
-        self._step_ints.extend(ints)
+        counts = self._run_counts
+        bounds = [j for j, _ in sizes[1:]] + [k]
+        for (lo, m), hi in zip(sizes, bounds, strict=True):
+            ints = (m, m, 0, m, 0, m, 0, 0, num_cached_blocks)
+            self._steps.add_alike(starts[lo:hi], durations[lo:hi], blocks_used[lo:hi], ints)
+            counts.extend([m] * (hi - lo))
+            self.num_tokens += m * (hi - lo)
         self._run_gaps.extend(durations)
-        self._run_counts.extend([m] * k)
-        self.num_tokens += m * k
-        if len(self._step_times) >= 2 * CHUNK_STEPS:
-            self._flush_steps()
         if len(self._run_gaps) >= CHUNK_GAPS:
             self._flush_gaps()
-
-    def _flush_steps(self, whole: bool = False) -> None:
-        """Pass on the buffered rows in chunks of exactly ``CHUNK_STEPS`` (the summary's
-        sums then do not depend on how rows were buffered), and the rest if ``whole``."""
-        num_ints = len(STEP_INT_FIELDS)
-        times = np.frombuffer(self._step_times, dtype=np.float64).reshape(-1, 2)
-        ints = np.frombuffer(self._step_ints, dtype=np.int64).reshape(-1, num_ints)
-        n = len(times) if whole else len(times) // CHUNK_STEPS * CHUNK_STEPS
-        # as a whole, at least one chunk (maybe empty: a sink learns the columns from it)
-        for lo in range(0, n, CHUNK_STEPS) if n or not whole else (0,):
-            hi = min(lo + CHUNK_STEPS, n)
-            chunk = build_steps(
-                times[lo:hi], ints[lo:hi], STEP_INT_FIELDS, self._num_blocks, self._num_flushed
-            )
-            self._num_flushed += len(chunk)
-            self.step_stats.add(chunk)
-            self._sink.write(chunk)
-        rest_times, rest_ints = array("d", times[n:].tobytes()), array("q", ints[n:].tobytes())
-        del times, ints  # release the buffers' exports before replacing them
-        self._step_times, self._step_ints = rest_times, rest_ints
 
     def record_admitted(self, plan: StepPlan, start: float) -> None:
         """The sequences ``plan`` admitted, in a step starting at ``start``: the first
@@ -176,12 +133,12 @@ class Recorder:
             last[i] = end
 
     def _flush_gaps(self) -> None:
-        self.itl.add(np.frombuffer(self._gaps, dtype=np.float64))
+        self.itl.add(np.array(self._gaps, dtype=np.float64))
         self.itl.add(
-            np.frombuffer(self._run_gaps, dtype=np.float64),
-            np.frombuffer(self._run_counts, dtype=np.int64),
+            np.array(self._run_gaps, dtype=np.float64),
+            np.array(self._run_counts, dtype=np.int64),
         )
-        self._gaps, self._run_gaps, self._run_counts = array("d"), array("d"), array("q")
+        self._gaps, self._run_gaps, self._run_counts = [], [], []
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -195,6 +152,6 @@ class Recorder:
 
     def close(self) -> pd.DataFrame | None:
         """Flush what is buffered; the step table if the sink keeps it in memory."""
-        self._flush_steps(whole=True)
+        self._steps.flush(whole=True)
         self._flush_gaps()
         return self._sink.close()

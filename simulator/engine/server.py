@@ -155,17 +155,20 @@ class Server:
         while end < self.next_arrival() or not steps:
             stretch = sched.decode_stretch()
             if stretch is not None:
-                k, last_start, new_end = self._time_stretch(stretch, start, end, not steps)
-                done = sched.take_decodes(k)
+                starts, durations = self._time_stretch(stretch, start, end, not steps)
+                k = len(durations)
+                for j, done in sched.take_decodes(k):
+                    self._retire(done, starts[j] + durations[j])
+                last_start, new_end = starts[-1], starts[-1] + durations[-1]
             else:
                 last_start = end
                 new_end, done = self._fast_step(end)
                 if new_end < 0:
                     break
                 k = 1
+                if done:
+                    self._retire(done, new_end)
             steps += k
-            if done:
-                self._retire(done, new_end)
             if start + (new_end - start) != new_end:
                 yield env.timeout(last_start - start)  # lands exactly there, checked before
                 start = last_start
@@ -176,38 +179,37 @@ class Server:
 
     def _time_stretch(
         self, stretch: DecodeStretch, start: float, end: float, first: bool
-    ) -> tuple[int, float, float]:
+    ) -> tuple[list[float], list[float]]:
         """Time and record the steps of ``stretch`` from ``end`` while they start before the
         next arrival (the first anyway when ``first``), up to one whose end a timeout from
-        ``start`` would not land on exactly; return (steps taken, start and end of the last)."""
-        sched, rec = self.scheduler, self.recorder
+        ``start`` would not land on exactly (or, in a closed loop, that finishes requests:
+        their slots may send new ones); return their starts and durations."""
         decode_time = self.cost_model.decode_time
         arrival = self.next_arrival()  # nothing arrives before it while the window runs
-        m = stretch.num_seqs
+        stop_at_finish = self.on_done is not None
         starts: list[float] = []
         durations: list[float] = []
         used_blocks: list[int] = []
+        sizes: list[tuple[int, int]] = []  # (first step, sequences) where the batch changes
         add_start, add_duration, add_used = starts.append, durations.append, used_blocks.append
-        last = end
-        for context, used in stretch.steps:
+        size = 0
+        for m, context, used, finishing in stretch.steps:
             if end >= arrival and (starts or not first):
                 break
+            if m != size:
+                sizes.append((len(starts), m))
+                size = m
             duration = decode_time(m, context)
             add_start(end)
             add_duration(duration)
             add_used(used)
-            last = end
             end += duration
-            if start + (end - start) != end:
+            if start + (end - start) != end or finishing and stop_at_finish:
                 break
-        rec.record_decode_steps(
-            m,
-            starts,
-            durations,
-            used_blocks,
-            (sched.num_running, sched.num_waiting, stretch.num_cached_blocks),
+        self.recorder.record_decode_steps(
+            sizes, starts, durations, used_blocks, stretch.num_cached_blocks
         )
-        return len(used_blocks), last, end
+        return starts, durations
 
     def _fast_step(self, start: float) -> tuple[float, list[Sequence]]:
         """One step planned by ``fast_step()`` from ``start``: its end and who finished, or

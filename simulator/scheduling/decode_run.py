@@ -4,6 +4,7 @@ step over it be planned in O(1) (``deferred.py``)."""
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 
 from simulator.scheduling.sequence import Sequence
 
@@ -87,6 +88,40 @@ class DecodeRun:
     def context_before(self, t: int) -> int:
         """Tokens of KV the members hold before step ``t``."""
         return self.context + self.num_seqs * (t - 1)
+
+    def blocks_over(self, t: int, u: int, block_size: int) -> int:
+        """Blocks the members need for steps ``t + 1`` .. ``u`` (nobody leaving)."""
+        k = u - t
+        # every member enters a new block once in ``block_size`` steps
+        grow = k // block_size * self.num_seqs
+        crossing = self.crossing
+        return grow + sum(
+            crossing[(1 - s) % block_size] for s in range(t + 1, t + k % block_size + 1)
+        )
+
+    def stretch(self, used: int, num_blocks: int, block_size: int) -> Iterator[tuple[int, ...]]:
+        """From the next step on, while members remain and their blocks fit in
+        ``num_blocks`` (``used`` now), per step: (members, their KV tokens before it, blocks
+        used once it is planned, members that finish in it). The group is not changed."""
+        m, offsets, crossing = self.num_seqs, self.context, self.crossing.copy()
+        finish_at = self.finish_at
+        t = self.steps + 1
+        while m:
+            used += crossing[(1 - t) % block_size]
+            if used > num_blocks:
+                return
+            leaving = finish_at.get(t)
+            if leaving is None:
+                yield m, offsets + m * (t - 1), used, 0
+            else:
+                yield m, offsets + m * (t - 1), used, len(leaving)
+                for seq in leaving:  # as drop(), and their blocks freed
+                    offset = seq.num_computed - seq.deferred_from
+                    m -= 1
+                    offsets -= offset
+                    crossing[offset % block_size] -= 1
+                    used -= -(-(offset + t) // block_size)
+            t += 1
 
     def blocks_to_grow(self, t: int, block_size: int) -> int:
         """Blocks the members need for step ``t``: one per member whose KV fills its last

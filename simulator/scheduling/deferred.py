@@ -11,7 +11,7 @@ once and in the order ``schedule()`` would (evictions included).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable
 from itertools import islice
 
 from simulator.scheduling.block_hash import extend_hashes
@@ -68,9 +68,9 @@ class DeferredDecodes:
     # -- stretches of pure decode steps ------------------------------------------------------
 
     def decode_stretch(self) -> DecodeStretch | None:
-        """The steps ahead in which only the group runs (nobody else runs or waits), up to
-        the first in which a member finishes, while its blocks are free; None if the next
-        step is not one (or blocks have identities: those go step by step)."""
+        """The steps ahead in which only the group runs (nobody else runs or waits), while
+        its blocks are free; None if the next step is not one (or blocks have identities:
+        those go step by step)."""
         if self._fast_plan is not None:
             self.finish_fast_step()
         blocks = self.blocks
@@ -84,37 +84,35 @@ class DeferredDecodes:
         m = run.num_seqs
         if not m or m != len(self._running) or m > self.max_num_batched_tokens:
             return None
-        t = run.steps + 1
         bs = blocks.block_size
-        if blocks.num_used + run.crossing[(1 - t) % bs] > blocks.num_blocks:
-            return None
-        steps = _stretch(run, t, run.next_finish(), blocks.num_used, blocks.num_blocks, bs)
-        return DecodeStretch(m, steps, 0)
+        if blocks.num_used + run.crossing[-run.steps % bs] > blocks.num_blocks:
+            return None  # the next step needs a block that is missing
+        return DecodeStretch(run.stretch(blocks.num_used, blocks.num_blocks, bs), 0)
 
-    def take_decodes(self, k: int) -> list[Sequence]:
-        """Take the first ``k`` steps of the last ``decode_stretch()``; return who finished
-        (only its last step can finish anybody)."""
+    def take_decodes(self, k: int) -> list[tuple[int, list[Sequence]]]:
+        """Take the first ``k`` steps of the last ``decode_stretch()``; return, for each of
+        them in which members finished, (its index in the stretch, who finished)."""
         run = self._run
         blocks = self.blocks
         assert run is not None and isinstance(blocks, BlockManager) and k > 0
-        t0 = run.steps
         bs = blocks.block_size
-        crossing = run.crossing
-        # every member enters a new block once in ``bs`` steps: whole cycles take m each
-        grow = k // bs * run.num_seqs
-        grow += sum(crossing[(1 - t) % bs] for t in range(t0 + 1, t0 + k % bs + 1))
-        blocks.take(grow)
-        run.steps = t = t0 + k
-        assert run.next_finish() >= t, "a stretch ends with the first step that finishes anybody"
-        done = run.finish_at.pop(t, None)
-        if done is None:
-            return []
-        for seq in done:
-            run.drop(seq, bs)
-            self._advance(seq, t - seq.deferred_from)
-        for seq in done:
-            self._retire(seq)
-        return done
+        first = t = run.steps
+        out: list[tuple[int, list[Sequence]]] = []
+        while run.num_seqs and run.next_finish() <= first + k:
+            f = run.next_finish()
+            blocks.take(run.blocks_over(t, f, bs))
+            run.steps = t = f
+            done = run.finish_at.pop(f)
+            for seq in done:
+                run.drop(seq, bs)
+                self._advance(seq, f - seq.deferred_from)
+            for seq in done:
+                self._retire(seq)
+            out.append((f - first - 1, done))
+        if t < first + k:
+            blocks.take(run.blocks_over(t, first + k, bs))
+            run.steps = first + k
+        return out
 
     def decode_batch_ids(self) -> list[Hashable]:
         """The ids of the sequences in the deferred decode group, in running order."""
@@ -206,21 +204,3 @@ class DeferredDecodes:
         hits = blocks.lookup(seq)
         self._memo = (seq, None, hits)
         return hits
-
-
-def _stretch(
-    run: DecodeRun, t: int, last: int, used: int, num_blocks: int, block_size: int
-) -> Iterator[tuple[int, int]]:
-    """(context before, blocks used once planned) of the group's steps ``t`` .. ``last``
-    while their blocks fit in ``num_blocks``."""
-    m, crossing = run.num_seqs, run.crossing
-    ctx = run.context_before(t)
-    while True:
-        used += crossing[(1 - t) % block_size]
-        if used > num_blocks:
-            return
-        yield ctx, used
-        if t == last:
-            return
-        t += 1
-        ctx += m

@@ -108,19 +108,15 @@ class StepPlan:
 
 
 class DecodeStretch:
-    """Steps offered by ``decode_stretch()``: ``num_seqs`` sequences decode one token each
-    in every one of them."""
+    """Steps offered by ``decode_stretch()``: in each, the deferred decode group decodes one
+    token per member and nothing else runs or waits."""
 
-    __slots__ = ("num_seqs", "steps", "num_cached_blocks")
+    __slots__ = ("steps", "num_cached_blocks")
 
-    def __init__(
-        self, num_seqs: int, steps: Iterator[tuple[int, int]], num_cached_blocks: int
-    ) -> None:
-        self.num_seqs = num_seqs
-        """Sequences decoding in each step."""
+    def __init__(self, steps: Iterator[tuple[int, ...]], num_cached_blocks: int) -> None:
         self.steps = steps
-        """Per step, in order: (KV tokens of the sequences before it, KV blocks used once it
-        is planned)."""
+        """Per step, in order: (sequences decoding, their KV tokens before it, KV blocks used
+        once it is planned, sequences that sample their last token in it)."""
         self.num_cached_blocks = num_cached_blocks
         """Free blocks the prefix cache keeps, the same in every step."""
 
@@ -197,16 +193,16 @@ class Scheduler(ABC):
         return None
 
     def decode_stretch(self) -> DecodeStretch | None:
-        """The steps ahead in which only the deferred decode group runs, each decoding one
-        token (nobody else runs, nobody could be admitted, no block is missing), if the next
-        step is one; they end with the first step in which a member finishes. Nothing changes
-        until ``take_decodes()``."""
+        """The steps ahead in which only the deferred decode group runs, each member decoding
+        one token (nobody else runs or waits, no block is missing), if the next step is one;
+        they go on while an arrival could change nothing. Nothing changes until
+        ``take_decodes()``."""
         return None
 
-    def take_decodes(self, k: int) -> list[Sequence]:
+    def take_decodes(self, k: int) -> list[tuple[int, list[Sequence]]]:
         """Take the first ``k`` steps of the last ``decode_stretch()`` (each as
-        ``fast_step()`` + ``finish_fast_step()`` would); return the sequences that finished
-        in the last of them."""
+        ``fast_step()`` + ``finish_fast_step()`` would); return, per step in which some
+        finished, (its index in the stretch, the sequences that finished in it)."""
         raise NotImplementedError
 
     def finish_fast_step(self) -> list[Sequence]:
