@@ -312,7 +312,12 @@ def take_stretch(
     """Take up to ``k`` steps of ``stretch`` at once; add to ``trace`` what stepping one by
     one would have (its steps only say how many decode and finish); return the steps taken."""
     group = sched.decode_batch_ids()
-    steps = list(islice(stretch.steps, k))
+    each_step = (
+        (m, context, used, finishing if j == len(contexts) - 1 else 0)
+        for m, contexts, used_each, finishing in stretch.segments
+        for j, (context, used) in enumerate(zip(contexts, used_each, strict=True))
+    )
+    steps = list(islice(each_step, k))
     finished = dict(sched.take_decodes(len(steps)))
     for j, (m, context, used, finishing) in enumerate(steps):
         assert m == len(group)

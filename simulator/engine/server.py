@@ -20,7 +20,9 @@ Timing rules (also in docs/metrics.md):
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Generator
+from itertools import accumulate, islice, repeat
 from operator import mul
 from typing import Any
 
@@ -184,32 +186,66 @@ class Server:
         next arrival (the first anyway when ``first``), up to one whose end a timeout from
         ``start`` would not land on exactly (or, in a closed loop, that finishes requests:
         their slots may send new ones); return their starts and durations."""
-        decode_time = self.cost_model.decode_time
         arrival = self.next_arrival()  # nothing arrives before it while the window runs
-        stop_at_finish = self.on_done is not None
         starts: list[float] = []
         durations: list[float] = []
         used_blocks: list[int] = []
-        sizes: list[tuple[int, int]] = []  # (first step, sequences) where the batch changes
-        add_start, add_duration, add_used = starts.append, durations.append, used_blocks.append
-        size = 0
-        for m, context, used, finishing in stretch.steps:
-            if end >= arrival and (starts or not first):
-                break
-            if m != size:
-                sizes.append((len(starts), m))
-                size = m
-            duration = decode_time(m, context)
-            add_start(end)
-            add_duration(duration)
-            add_used(used)
-            end += duration
-            if start + (end - start) != end or finishing and stop_at_finish:
+        sizes: list[tuple[int, int]] = []  # (first step, sequences) of each segment
+        for m, contexts, used, finishing in stretch.segments:
+            sizes.append((len(durations), m))
+            n, cut, end = self._time_segment(
+                m, contexts, (start, end, arrival), first, starts, durations
+            )
+            used_blocks.extend(islice(used, n))
+            first = False
+            if cut or n < len(contexts) or finishing and self.on_done is not None:
                 break
         self.recorder.record_decode_steps(
             sizes, starts, durations, used_blocks, stretch.num_cached_blocks
         )
         return starts, durations
+
+    def _time_segment(
+        self,
+        m: int,
+        contexts: range,
+        times: tuple[float, float, float],
+        first: bool,
+        starts: list[float],
+        durations: list[float],
+    ) -> tuple[int, bool, float]:
+        """Time the decode steps of ``m`` sequences over ``contexts`` from ``end`` that start
+        before ``arrival`` (the first anyway when ``first``), adding to ``starts`` and
+        ``durations``, a chunk at a time (the cost model called from C, the ends summed in
+        C, in the same order as one by one); stop after a step whose end a timeout from
+        ``start`` would not land on exactly. ``times`` is (start, end, arrival). Return the
+        steps taken, whether that cut them, and the end of the last."""
+        decode_time = self.cost_model.decode_time
+        start, end, arrival = times
+        taken, total = 0, len(contexts)
+        while taken < total:
+            if arrival == float("inf"):
+                chunk = total - taken
+            else:  # about the steps left before the arrival, from the last step's time
+                guess = durations[-1] if durations else decode_time(m, contexts[taken])
+                chunk = min(total - taken, max(int((arrival - end) / guess), 0) + 2)
+            each = list(map(decode_time, repeat(m, chunk), contexts[taken : taken + chunk]))
+            ends = list(accumulate(each, initial=end))
+            k = bisect_left(ends, arrival, 0, chunk)  # steps that start before the arrival
+            if not k and first and not taken:
+                k = 1
+            for i in range(1, k + 1):
+                if start + (ends[i] - start) != ends[i]:
+                    starts += ends[:i]
+                    durations += each[:i]
+                    return taken + i, True, ends[i]
+            starts += ends[:k]
+            durations += each[:k]
+            taken += k
+            end = ends[k]
+            if k < chunk:
+                break
+        return taken, False, end
 
     def _fast_step(self, start: float) -> tuple[float, list[Sequence]]:
         """One step planned by ``fast_step()`` from ``start``: its end and who finished, or

@@ -5,8 +5,27 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
+from itertools import accumulate, cycle, islice
 
 from simulator.scheduling.sequence import Sequence
+
+Segment = tuple[int, range, Iterator[int], int]
+"""Steps of a deferred decode group with the same members (``DecodeRun.segments``)."""
+
+
+def _steps_that_fit(pattern: list[int], m: int, free: int) -> int:
+    """How many steps fit in ``free`` blocks when step ``i`` takes ``pattern[i % len]``
+    (which add up to ``m`` over a period)."""
+    if free < 0:
+        return 0
+    periods, left = divmod(free, m) if m else (len(pattern), 0)
+    steps = periods * len(pattern)
+    for grow in pattern:
+        left -= grow
+        if left < 0:
+            break
+        steps += 1
+    return steps
 
 
 class DecodeRun:
@@ -99,29 +118,40 @@ class DecodeRun:
             crossing[(1 - s) % block_size] for s in range(t + 1, t + k % block_size + 1)
         )
 
-    def stretch(self, used: int, num_blocks: int, block_size: int) -> Iterator[tuple[int, ...]]:
-        """From the next step on, while members remain and their blocks fit in
-        ``num_blocks`` (``used`` now), per step: (members, their KV tokens before it, blocks
-        used once it is planned, members that finish in it). The group is not changed."""
+    def segments(self, used: int, num_blocks: int, block_size: int) -> Iterator[Segment]:
+        """The steps ahead while members remain and their blocks fit in ``num_blocks``
+        (``used`` now), in segments that end where members finish: per segment, (members,
+        their KV tokens before each step, blocks used once each step is planned, members
+        that finish in its last step). The group is not changed."""
         m, offsets, crossing = self.num_seqs, self.context, self.crossing.copy()
         finish_at = self.finish_at
+        heap = self.finish_steps.copy()
         t = self.steps + 1
         while m:
-            used += crossing[(1 - t) % block_size]
-            if used > num_blocks:
+            while heap[0] < t or heap[0] not in finish_at:
+                heapq.heappop(heap)
+            last = heap[0]
+            # the members' new blocks repeat with the block size: ``pattern[i]`` at step t + i
+            pattern = [crossing[(1 - t - i) % block_size] for i in range(block_size)]
+            length = min(last - t + 1, _steps_that_fit(pattern, m, num_blocks - used))
+            if not length:
                 return
-            leaving = finish_at.get(t)
-            if leaving is None:
-                yield m, offsets + m * (t - 1), used, 0
-            else:
-                yield m, offsets + m * (t - 1), used, len(leaving)
-                for seq in leaving:  # as drop(), and their blocks freed
-                    offset = seq.num_computed - seq.deferred_from
-                    m -= 1
-                    offsets -= offset
-                    crossing[offset % block_size] -= 1
-                    used -= -(-(offset + t) // block_size)
-            t += 1
+            grown = length // block_size * m + sum(pattern[: length % block_size])
+            used_each = islice(accumulate(cycle(pattern), initial=used), 1, length + 1)
+            start = offsets + m * (t - 1)
+            if t + length - 1 < last:  # the blocks run out first
+                yield m, range(start, start + m * length, m), used_each, 0
+                return
+            leaving = finish_at[last]
+            yield m, range(start, start + m * length, m), used_each, len(leaving)
+            used += grown
+            for seq in leaving:  # as drop(), and their blocks freed
+                offset = seq.num_computed - seq.deferred_from
+                m -= 1
+                offsets -= offset
+                crossing[offset % block_size] -= 1
+                used -= -(-(offset + last) // block_size)
+            t = last + 1
 
     def blocks_to_grow(self, t: int, block_size: int) -> int:
         """Blocks the members need for step ``t``: one per member whose KV fills its last

@@ -87,7 +87,7 @@ class DeferredDecodes:
         bs = blocks.block_size
         if blocks.num_used + run.crossing[-run.steps % bs] > blocks.num_blocks:
             return None  # the next step needs a block that is missing
-        return DecodeStretch(run.stretch(blocks.num_used, blocks.num_blocks, bs), 0)
+        return DecodeStretch(run.segments(blocks.num_used, blocks.num_blocks, bs), 0)
 
     def take_decodes(self, k: int) -> list[tuple[int, list[Sequence]]]:
         """Take the first ``k`` steps of the last ``decode_stretch()``; return, for each of

@@ -111,12 +111,15 @@ class DecodeStretch:
     """Steps offered by ``decode_stretch()``: in each, the deferred decode group decodes one
     token per member and nothing else runs or waits."""
 
-    __slots__ = ("steps", "num_cached_blocks")
+    __slots__ = ("segments", "num_cached_blocks")
 
-    def __init__(self, steps: Iterator[tuple[int, ...]], num_cached_blocks: int) -> None:
-        self.steps = steps
-        """Per step, in order: (sequences decoding, their KV tokens before it, KV blocks used
-        once it is planned, sequences that sample their last token in it)."""
+    def __init__(
+        self, segments: Iterator[tuple[int, range, Iterator[int], int]], num_cached_blocks: int
+    ) -> None:
+        self.segments = segments
+        """The steps in order, in segments of steps with the same sequences: (how many, their
+        KV tokens before each step, KV blocks used once each step is planned, how many of
+        them sample their last token in the segment's last step)."""
         self.num_cached_blocks = num_cached_blocks
         """Free blocks the prefix cache keeps, the same in every step."""
 
