@@ -45,6 +45,31 @@ def add_format_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=["png", "svg"], default="png", help="plot file format")
 
 
+def add_backend_args(p: argparse.ArgumentParser) -> None:
+    """``--backend``, ``--address`` and ``--jobs``: where a command's simulations run."""
+    # explore.backends.BACKENDS, spelt out: the explore package is not imported at start-up
+    p.add_argument(
+        "--backend",
+        choices=["local", "ray"],
+        default="local",
+        help="where simulations run: local processes (default) or Ray tasks "
+        "(pip install 'servesim[ray]'); results are the same",
+    )
+    p.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="with --backend ray: join the Ray cluster at ADDR (e.g. auto, or HOST:PORT); "
+        "default: start a local Ray instance",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        help="simulations at once: local processes, or the CPUs of a local Ray instance "
+        "(default: all cores; 1: in this process)",
+    )
+
+
 def add_steps_arg(p: argparse.ArgumentParser) -> None:
     """``--steps``: how much of the step table a run keeps."""
     # engine.step_sink.STEP_MODES, spelt out: the engine is not imported at start-up

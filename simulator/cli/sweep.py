@@ -7,7 +7,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.cli.common import Subparsers, add_format_arg
+from simulator.cli.common import Subparsers, add_backend_args, add_format_arg
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,7 +30,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         help="values of a dotted key to sweep (repeatable: the cartesian product is run)",
     )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fixed override")
-    p.add_argument("--jobs", type=int, default=0, help="parallel processes (default: all cores)")
+    add_backend_args(p)
     p.add_argument("--out", help="output folder (default: results/<name>-sweep/<timestamp>/)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
     p.add_argument("--no-plots", action="store_true", help="skip drawing plots")
@@ -92,6 +92,8 @@ def _run_into(
             plots=not args.no_plots,
             fmt=args.format,
             progress=None,
+            backend=args.backend,
+            address=args.address,
         )
         meta = {"scenario": args.scenario, "grid": grid, "set": args.set, "keys": list(grid)}
         scenario = base_yaml(base_cfg, args.scenario, args.set, grid)

@@ -1,0 +1,113 @@
+"""The Ray backend: each work unit is one Ray task (one simulation) on a local Ray instance
+this process starts, or on an existing cluster (``--address``). Ray is an optional extra:
+``pip install 'servesim[ray]'``.
+
+On a cluster of several machines, every node needs servesim installed and the scenario's
+files (traces, presets given by path) at the same paths; a task runs in the driver's working
+folder when the node has it, so relative paths mean the same as on the driver."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from simulator.errors import InputError
+from simulator.explore.backends import Backend, Done
+
+WAIT_S = 0.2
+"""Longest block inside Ray per ``wait`` round: Ctrl-C and SIGTERM are handled between."""
+
+
+def _call(cwd: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """A work unit on a Ray worker, in the driver's folder when this node has it."""
+    if os.path.isdir(cwd) and os.getcwd() != cwd:
+        os.chdir(cwd)
+    return fn(*args)
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise InputError(
+            "--backend ray: Ray is not installed; pip install 'servesim[ray]'"
+        ) from None
+    return ray
+
+
+class RayBackend(Backend):
+    """Ray tasks of one CPU each, on a local instance of ``workers`` CPUs (default: every
+    core) or on the cluster at ``address``. If Ray is already initialised in this process,
+    that session is used and left running."""
+
+    def __init__(self, workers: int | None, address: str | None) -> None:
+        super().__init__()
+        ray = self._ray = _import_ray()
+        self._owned = not ray.is_initialized()
+        if self._owned:
+            if address is None:
+                print("servesim: starting a local Ray instance ...", file=sys.stderr)
+            try:
+                ray.init(
+                    address=address,
+                    num_cpus=workers if address is None else None,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
+                    configure_logging=True,
+                )
+            except (ConnectionError, RuntimeError, ValueError) as err:
+                where = f"--address {address}" if address else "--backend ray"
+                reason = _first_line(err)
+                raise InputError(f"{where}: cannot start or join Ray ({reason})") from None
+        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._remote = ray.remote(num_cpus=1, max_retries=0)(_call)
+        self._refs: dict[Any, int] = {}
+        self._cwd = os.getcwd()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> int:
+        """Start ``fn(*args)`` as a Ray task."""
+        ticket = self._ticket()
+        self._refs[self._remote.remote(self._cwd, fn, *args)] = ticket
+        return ticket
+
+    def wait(self) -> list[Done]:
+        """Wait for the first task to finish (in short rounds, so signals get through)."""
+        ray = self._ray
+        while self._refs:
+            ready, _ = ray.wait(list(self._refs), num_returns=len(self._refs), timeout=WAIT_S)
+            if ready:
+                return [self._done(ref) for ref in ready]
+        return []
+
+    def _done(self, ref: Any) -> Done:
+        ticket = self._refs.pop(ref)
+        try:
+            return Done(ticket, self._ray.get(ref))
+        except self._ray.exceptions.RayTaskError as err:
+            cause = err.cause if isinstance(err.cause, BaseException) else err
+            return Done(ticket, error=cause)
+        except self._ray.exceptions.RayError as err:  # a worker or node died
+            return Done(ticket, error=RuntimeError(_first_line(err)))
+
+    def close(self) -> None:
+        """Leave Ray (stopping the local instance this backend started)."""
+        if self._owned:
+            self._ray.shutdown()
+
+    def abort(self) -> None:
+        """Cancel every task (killing its worker) and leave Ray."""
+        for ref in self._refs:
+            with contextlib.suppress(Exception):  # already finished or gone
+                self._ray.cancel(ref, force=True)
+        self._refs.clear()
+        self.close()
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
