@@ -102,17 +102,22 @@ def _run_into(
 
 
 def _sweep_table(table: pd.DataFrame, keys: list[str]) -> str:
-    """The sweep's headline figures, one row per point, latencies in ms."""
-    cols = [
-        "ttft_p50_s",
-        "ttft_p99_s",
-        "tpot_p50_s",
-        "tpot_p99_s",
-        "request_throughput",
-        "num_preemptions",
-    ]
-    show = table[[*keys, "status", *[c for c in cols if c in table]]].copy()
-    for c in cols:
-        if c in show and c.endswith("_s"):
-            show[c.replace("_s", "_ms")] = show.pop(c) * 1e3
+    """The sweep's headline figures, one row per point, each column headed with its unit;
+    goodput and SLO attainment when the scenario sets an SLO."""
+    from simulator.plots.sweep import axis_label
+
+    cols = {  # summary column -> (heading, scale)
+        "ttft_p50_s": ("ttft_p50 (ms)", 1e3),
+        "ttft_p99_s": ("ttft_p99 (ms)", 1e3),
+        "tpot_p50_s": ("tpot_p50 (ms)", 1e3),
+        "tpot_p99_s": ("tpot_p99 (ms)", 1e3),
+        "request_throughput": ("throughput (req/s)", 1.0),
+        "goodput": ("goodput (req/s)", 1.0),
+        "slo_attainment": ("within SLO (%)", 100.0),
+        "num_preemptions": ("preemptions", 1.0),
+    }
+    show = table[[*keys, "status"]].rename(columns={k: axis_label(k) for k in keys})
+    for col, (heading, scale) in cols.items():
+        if col in table:
+            show[heading] = table[col] * scale if scale != 1.0 else table[col]
     return show.to_string(index=False, float_format=lambda v: f"{v:.1f}")
