@@ -20,6 +20,7 @@ from simulator.engine.serving import StepWithCpu
 from simulator.engine.simulation import Simulation
 from simulator.engine.step_sink import make_sink
 from simulator.engine.tokens import sample, sample_many
+from simulator.engine.watch import StopRule
 from simulator.errors import InputError, in_field, warn
 from simulator.scheduling import make_scheduler
 from simulator.version import __version__
@@ -93,6 +94,7 @@ def run(
     fast_decode: bool = True,
     steps: str = "full",
     steps_path: Path | None = None,
+    stop: StopRule | None = None,
 ) -> SimulationResult:
     """Simulate a scenario and return its requests, steps and summary.
 
@@ -101,7 +103,8 @@ def run(
     slower; for checking). ``steps``: ``full`` records every step, ``sampled`` one in 100 plus
     every step that preempted, ``none`` no step row (the summary counts every step either way).
     ``steps_path``: stream the step table to this parquet file as the run goes, a chunk at a
-    time, instead of keeping it in memory (``result.steps`` is then None).
+    time, instead of keeping it in memory (``result.steps`` is then None). ``stop``: a rule
+    that may end the run early by raising ``StoppedEarly`` (not asked in a closed loop).
     """
     cfg = resolve(scenario)
     check_workload_fits(cfg)
@@ -121,6 +124,7 @@ def run(
             percentiles=cfg.metrics.percentiles,
             step_sink=make_sink(steps, steps_path),
             serving=cfg.serving,
+            stop=stop,
         )
         result = sim.run()
     warn_rejections(result)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from simulator.cli import (
     calibrate,
+    capacity,
     check_scheduler,
     compare,
     convert,
@@ -42,6 +43,7 @@ __all__ = ["COMMANDS", "build_parser", "format_summary", "main"]
 COMMANDS = (
     run,
     sweep,
+    capacity,
     plot,
     validate,
     presets,

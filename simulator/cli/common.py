@@ -10,7 +10,8 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -119,6 +120,25 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"({num('slo_attainment', '.1f', 100)}% of requests meet the SLO)"
         )
     return "\n".join(lines)
+
+
+@contextmanager
+def results_folder(out: str | None, overwrite: bool, name: str) -> Iterator[tuple[Path, Path]]:
+    """``(out, tmp)``: the results folder (``--out``, or ``results/<name>/<timestamp>``
+    reserved under a name no other command has) and the temporary folder to write into,
+    renamed to ``out`` when the body succeeds; on failure neither is left."""
+    from simulator.results.outdir import atomic_dir, default_out_dir, reserve_out_dir
+
+    given = bool(out)
+    path = Path(out) if out else reserve_out_dir(default_out_dir(name))
+    try:
+        with atomic_dir(path, overwrite, given=given) as tmp:
+            yield path, tmp
+    except BaseException:
+        if not given:
+            with suppress(OSError):
+                path.rmdir()  # only if still empty
+        raise
 
 
 class Terminated(BaseException):

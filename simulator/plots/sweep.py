@@ -332,9 +332,10 @@ def plot_sweep(sweep: pd.DataFrame, keys: list[str]) -> dict[str, Figure]:
     with the min-max range shaded.
     """
     _require_columns(sweep, keys)
-    metrics, layout = _SWEEP_METRICS, (2, 2, (11, 8))
+    metrics: tuple[_Metric, ...] = _SWEEP_METRICS
+    layout = (2, 2, (11.0, 8.0))
     if "goodput" in sweep.columns:
-        metrics, layout = (*_SWEEP_METRICS, *_GOODPUT_METRICS), (2, 3, (15, 8))
+        metrics, layout = (*_SWEEP_METRICS, *_GOODPUT_METRICS), (2, 3, (15.0, 8.0))
     return {
         key: _sweep_figure(
             sweep, key, [k for k in keys if k != key], metrics, layout, f"Sweep over {key}"

@@ -94,3 +94,22 @@ def read_sweep_keys(folder: Path) -> list[str]:
     """The grid keys of a sweep folder (none if its ``sweep.json`` is missing)."""
     meta_file = folder / SWEEP_META
     return list(json.loads(meta_file.read_text())["keys"]) if meta_file.exists() else []
+
+
+CAPACITY_FILE = "capacity.json"
+"""A capacity folder's answer: ``capacity``, its bracket and ``probes``."""
+
+
+def write_capacity(
+    found: dict[str, Any], folder: Path, scenario_yaml: str, plots: bool = True, fmt: str = "png"
+) -> None:
+    """Write a capacity search's ``capacity.json`` (strict JSON), its probes as a table,
+    its base scenario and its figure into ``folder``."""
+    text = json.dumps(json_safe(found), indent=2, default=_json_default, allow_nan=False)
+    (folder / CAPACITY_FILE).write_text(text + "\n")
+    pd.DataFrame(found["probes"]).to_parquet(folder / "probes.parquet", index=False)
+    (folder / "scenario.yaml").write_text(scenario_yaml)
+    if plots:
+        from simulator.plots.capacity import save_capacity_plot
+
+        save_capacity_plot(found, folder / "plots", fmt=fmt)
