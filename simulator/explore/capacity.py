@@ -25,7 +25,10 @@ TOLERANCE = 0.02
 GROWTH = 2.0
 """Factor between bracketing probes."""
 MAX_DOUBLINGS = 30
-"""Bracketing gives up after this many doublings (or halvings) from the start."""
+"""Bracketing upwards gives up after this many doublings from the start (``unbounded``)."""
+MAX_HALVINGS = 10
+"""Bracketing downwards gives up after this many halvings (``none``: even 1/1024 of the
+starting load misses the SLO, which then asks for less than the server's idle latency)."""
 MAX_PROBES = 60
 """Probes of one search at most (bracketing plus bisection need ~10 at 2%)."""
 
@@ -96,7 +99,7 @@ def _next_level(found: Capacity, start: float) -> float | None:
     """The next load to probe, or None when the search is over (setting its status)."""
     lo, hi = found.meets_at, found.fails_at
     if lo is None and hi is not None:
-        if hi < start / GROWTH**MAX_DOUBLINGS:
+        if hi < start / GROWTH**MAX_HALVINGS:
             found.status = "none"
             return None
         return hi / GROWTH

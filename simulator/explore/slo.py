@@ -19,7 +19,7 @@ PER_REQUEST = ("ttft", "tpot", "e2e")
 DEFAULT_ATTAIN = 0.99
 """Attainment asked for when only per-request limits are given (the scenario's ``slo:``)."""
 
-_TERM = re.compile(r"^(?P<metric>[a-z_]+?)(?:_(?P<stat>mean|p\d+(?:\.\d+)?))?_ms$")
+_TERM = re.compile(r"^(?P<metric>[a-z0-9_]+?)(?:_(?P<stat>mean|p\d+(?:\.\d+)?))?_ms$")
 
 
 @dataclass(frozen=True)
