@@ -23,6 +23,7 @@ from simulator.cli import (
     predict,
     presets,
     run,
+    search,
     sweep,
     validate,
 )
@@ -44,6 +45,7 @@ COMMANDS = (
     run,
     sweep,
     capacity,
+    search,
     plot,
     validate,
     presets,

@@ -112,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
         base, args.scenario, target, load, seeds, args.tolerance, on_probe=_reporter(load)
     )
     with results_folder(args.out, args.overwrite, f"{cfg.name}-capacity") as (out, tmp):
-        found = drive([search], _backend(args, len(seeds)))[0]
+        with _backend(args, len(seeds)) as backend:
+            found = drive([search], backend)[0]
         result = _json(found.to_json(), cfg.name, args, target, seeds)
         write_capacity(result, tmp, _scenario_yaml(cfg, args), not args.no_plots, args.format)
     print(_summary_line(cfg.name, found, out))

@@ -76,6 +76,21 @@ class Capacity:
         """Probes (loads tried)."""
         return len({p["probe"] for p in self.probes})
 
+    def decisive_runs(self) -> list[dict[str, Any]]:
+        """The simulations at the capacity (the highest load that met the target)."""
+        return [p for p in self.probes if p["probe_meets"] and p["level"] == self.meets_at]
+
+    def row(self) -> dict[str, Any]:
+        """The search's columns in a design search's table."""
+        value = self.load.value
+        return {
+            "capacity": self.capacity,
+            "unit": self.load.unit,
+            "fails_at": None if self.fails_at is None else value(self.fails_at),
+            "num_probes": self.num_probes,
+            "num_simulations": len(self.probes),
+        }
+
     def to_json(self) -> dict[str, Any]:
         """``capacity``, ``unit``, the bracket, ``status`` and ``probes``."""
         value = self.load.value

@@ -113,3 +113,28 @@ def write_capacity(
         from simulator.plots.capacity import save_capacity_plot
 
         save_capacity_plot(found, folder / "plots", fmt=fmt)
+
+
+SEARCH_FILE = "search.parquet"
+"""A search folder's table: one row per deployment."""
+
+
+def write_search(
+    table: pd.DataFrame,
+    folder: Path,
+    meta: dict[str, Any],
+    scenario_yaml: str,
+    plots: bool = True,
+    fmt: str = "png",
+) -> None:
+    """Write a design search's table, what it searched (``search.json``), its base scenario
+    and its Pareto figure into ``folder``."""
+    table.to_parquet(folder / SEARCH_FILE, index=False)
+    text = json.dumps(json_safe(meta), indent=2, default=_json_default, allow_nan=False)
+    (folder / "search.json").write_text(text + "\n")
+    (folder / "scenario.yaml").write_text(scenario_yaml)
+    if plots:
+        from simulator.plots.search import save_search_plot
+
+        title = f"Design search of {meta.get('scenario_name', '')}: {meta['slo']['text']}"
+        save_search_plot(table, list(meta["keys"]), folder / "plots", fmt=fmt, title=title)
