@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     SLO: bracketing then bisection to --tolerance, probes that can no longer meet the SLO cut
     short. Writes capacity.json (capacity, bracket, every probe), probes.parquet and a figure
     of latency against load."""
+    from simulator.explore.backends import check_backend
     from simulator.explore.capacity import capacity_search
     from simulator.explore.driver import drive
     from simulator.explore.probe import ProbeSpec, load_for, probe_scenario
@@ -98,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from simulator.results.writer import write_capacity
 
     check_search_args(args)
+    check_backend(args.backend, args.jobs, args.address)
     base, cfg = sweep_base(args.scenario, args.set, {})
     slo = cfg.slo.model_dump() if cfg.slo is not None else None
     target = make_target(args.slo, args.attain, slo)

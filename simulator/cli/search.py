@@ -108,13 +108,14 @@ def run(args: argparse.Namespace) -> int:
     per million tokens, from each hardware preset's cost_per_hour. Writes search.parquet and a
     Pareto figure (cost per million tokens against p99 TTFT) marking the cheapest deployment
     that meets the SLO."""
-    from simulator.explore.backends import make_backend
+    from simulator.explore.backends import check_backend, make_backend
     from simulator.explore.driver import drive
     from simulator.explore.search import check_points, search_table, searches
     from simulator.results.outdir import check_out_dir
     from simulator.results.writer import write_search
 
     check_search_args(args)
+    check_backend(args.backend, args.jobs, args.address)
     spec, cfg = _spec(args)
     check_points(spec)
     if args.out:

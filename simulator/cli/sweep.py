@@ -40,7 +40,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run the cartesian product of grids in parallel processes."""
-    from simulator.errors import InputError
+    from simulator.explore.backends import check_backend
     from simulator.explore.sweep import check_some_point_is_valid, parse_grid, sweep_base
     from simulator.results.outdir import default_out_dir, reserve_out_dir
 
@@ -48,8 +48,7 @@ def run(args: argparse.Namespace) -> int:
     grid = parse_grid(args.grid)
     base, base_cfg = sweep_base(args.scenario, args.set, grid)
     name = base_cfg.name
-    if args.jobs < 0:
-        raise InputError(f"--jobs {args.jobs}: must be >= 0 (0 = all cores)")
+    check_backend(args.backend, args.jobs, args.address)
     check_some_point_is_valid(base, grid, args.scenario)
     given = bool(args.out)
     # a default folder is reserved under a name no other sweep has, and removed on failure

@@ -159,20 +159,29 @@ class LocalBackend(Backend):
         self._futures.clear()
 
 
-def make_backend(name: str, jobs: int, address: str | None = None) -> Backend:
-    """The backend ``--backend NAME --jobs N [--address A]`` asks for (``jobs`` 0: one per
-    core; 1 with ``local``: in this process)."""
+def check_backend(name: str, jobs: int, address: str | None = None) -> None:
+    """Refuse, in one line and before anything runs, a backend that cannot be made."""
     from simulator.errors import InputError
 
     if jobs < 0:
         raise InputError(f"--jobs {jobs}: must be >= 0 (0 = all cores)")
+    if name not in BACKENDS:
+        raise InputError(f"--backend {name}: unknown; known: {', '.join(BACKENDS)}")
+    if address is not None and name != "ray":
+        raise InputError("--address: only with --backend ray")
+    if name == "ray":
+        from simulator.explore.ray_backend import import_ray
+
+        import_ray()
+
+
+def make_backend(name: str, jobs: int, address: str | None = None) -> Backend:
+    """The backend ``--backend NAME --jobs N [--address A]`` asks for (``jobs`` 0: one per
+    core; 1 with ``local``: in this process)."""
+    check_backend(name, jobs, address)
     if name == "ray":
         from simulator.explore.ray_backend import RayBackend
 
         return RayBackend(jobs or None, address)
-    if address is not None:
-        raise InputError("--address: only with --backend ray")
-    if name != "local":
-        raise InputError(f"--backend {name}: unknown; known: {', '.join(BACKENDS)}")
     jobs = jobs or os.cpu_count() or 1
     return InlineBackend() if jobs == 1 else LocalBackend(jobs)

@@ -29,7 +29,8 @@ def _call(cwd: str, fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
-def _import_ray() -> Any:
+def import_ray() -> Any:
+    """The ``ray`` module, or one line saying how to install it."""
     try:
         import ray
     except ImportError:
@@ -46,7 +47,7 @@ class RayBackend(Backend):
 
     def __init__(self, workers: int | None, address: str | None) -> None:
         super().__init__()
-        ray = self._ray = _import_ray()
+        ray = self._ray = import_ray()
         self._owned = not ray.is_initialized()
         if self._owned:
             if address is None:
