@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,46 +18,71 @@ EXIT_WITHIN_S = 2.0
 """The promise: a stopped command exits within 2 s, whatever the number of jobs."""
 
 
-def start(argv: list[str], cwd: Path = ROOT) -> subprocess.Popen[bytes]:
-    """``servesim ARGV`` in a process group of its own, as a shell starts a job."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "simulator", *argv],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+class Job:
+    """``servesim ARGV`` in a process group of its own, as a shell starts a job; its stderr
+    read as it comes."""
+
+    def __init__(self, argv: list[str], cwd: Path = ROOT) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "simulator", *argv],
+            cwd=cwd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self._chunks: list[bytes] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        while chunk := self.proc.stderr.read1(4096):
+            self._chunks.append(chunk)
+
+    @property
+    def stderr(self) -> str:
+        """What it said on stderr so far."""
+        return b"".join(self._chunks).decode(errors="replace")
 
 
-def wait_for(ready: Callable[[], bool], proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """Poll ``ready`` until true; fail if the process ends first or it takes too long."""
+def start(argv: list[str], cwd: Path = ROOT) -> Job:
+    """Start ``servesim ARGV`` as a job."""
+    return Job(argv, cwd)
+
+
+def wait_for(ready: Callable[[], bool], job: Job, timeout: float) -> None:
+    """Poll ``ready`` until true; fail if the job ends first or it takes too long."""
     deadline = time.monotonic() + timeout
     while not ready():
-        if proc.poll() is not None:
-            _, err = proc.communicate()
-            raise AssertionError(f"exited {proc.returncode} before it was stopped: {err.decode()}")
+        if job.proc.poll() is not None:
+            time.sleep(0.2)
+            raise AssertionError(
+                f"exited {job.proc.returncode} before it was stopped: {job.stderr}"
+            )
         if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError("the command never got to the point where it is stopped")
+            os.killpg(job.proc.pid, signal.SIGKILL)
+            raise AssertionError(f"never got to where it is stopped: {job.stderr}")
         time.sleep(0.05)
 
 
-def stop(proc: subprocess.Popen[bytes], sig: int, group: bool) -> tuple[float, int, str]:
+def stop(job: Job, sig: int, group: bool) -> tuple[float, int, str]:
     """Send ``sig`` (to the process group, as Ctrl-C does, or to the process alone); seconds
     until it exited, its exit code and its stderr."""
+    proc = job.proc
     sent = time.monotonic()
     if group:
         os.killpg(proc.pid, sig)
     else:
         proc.send_signal(sig)
     try:
-        _, err = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     took = time.monotonic() - sent
+    job._reader.join(timeout=5)
     assert _group_gone(proc.pid, within=5.0), "a worker process outlived the command"
-    return took, proc.returncode, err.decode()
+    return took, proc.returncode, job.stderr
 
 
 def _group_gone(pgid: int, within: float) -> bool:

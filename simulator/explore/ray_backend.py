@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +51,9 @@ class RayBackend(Backend):
         super().__init__()
         ray = self._ray = import_ray()
         self._owned = not ray.is_initialized()
+        # Ray's core worker installs its own SIGTERM handler (which exits 1): keep ours, so
+        # SIGTERM still stops the command as it does without Ray
+        sigterm = signal.getsignal(signal.SIGTERM)
         if self._owned:
             if address is None:
                 print("servesim: starting a local Ray instance ...", file=sys.stderr)
@@ -65,7 +70,11 @@ class RayBackend(Backend):
                 where = f"--address {address}" if address else "--backend ray"
                 reason = _first_line(err)
                 raise InputError(f"{where}: cannot start or join Ray ({reason})") from None
+        if threading.current_thread() is threading.main_thread() and sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        where = f"the Ray cluster at {address}" if address else "Ray"
+        print(f"servesim: running on {where} ({self.workers} CPUs)", file=sys.stderr)
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_call)
         self._refs: dict[Any, int] = {}
         self._cwd = os.getcwd()
@@ -80,7 +89,14 @@ class RayBackend(Backend):
         """Wait for the first task to finish (in short rounds, so signals get through)."""
         ray = self._ray
         while self._refs:
-            ready, _ = ray.wait(list(self._refs), num_returns=len(self._refs), timeout=WAIT_S)
+            try:
+                ready, _ = ray.wait(list(self._refs), num_returns=len(self._refs), timeout=WAIT_S)
+            except SystemError as err:
+                # a signal handler's exception raised inside Ray's C++ wait comes out wrapped
+                cause = err.__cause__ or err.__context__
+                if isinstance(cause, BaseException) and not isinstance(cause, Exception):
+                    raise cause from None
+                raise
             if ready:
                 return [self._done(ref) for ref in ready]
         return []
