@@ -81,6 +81,8 @@ def stop(job: Job, sig: int, group: bool) -> tuple[float, int, str]:
             os.killpg(proc.pid, signal.SIGKILL)
     took = time.monotonic() - sent
     job._reader.join(timeout=5)
+    assert proc.stderr is not None
+    proc.stderr.close()
     assert _group_gone(proc.pid, within=5.0), "a worker process outlived the command"
     return took, proc.returncode, job.stderr
 

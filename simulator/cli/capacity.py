@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         result = _json(found.to_json(), cfg.name, args, target, seeds)
         write_capacity(result, tmp, _scenario_yaml(cfg, args), not args.no_plots, args.format)
     print(_summary_line(cfg.name, found, out))
-    return 0 if found.status == "found" else 1
+    return 0 if found.outcome == "found" else 1
 
 
 def _validate_probe(data: dict[str, Any], source: str) -> None:
@@ -177,13 +177,13 @@ def _summary_line(name: str, found: Any, out: Path) -> str:
     runs = f"{found.num_probes} probes, {len(found.probes)} simulations"
     cut = sum(p["cut_short"] is not None for p in found.probes)
     runs += f" ({cut} cut short)" if cut else ""
-    if found.status == "none":
+    if found.outcome == "none":
         answer = f"the SLO is missed even at {load.describe(found.fails_at)}"
-    elif found.status == "unbounded":
+    elif found.outcome == "unbounded":
         answer = f"the SLO holds at every load tried, up to {load.describe(found.meets_at)}"
     else:
         hi = "-" if found.fails_at is None else load.describe(found.fails_at)
-        stopped = "" if found.status == "found" else f" (stopped: {found.status})"
+        stopped = "" if found.outcome == "found" else f" (stopped: {found.outcome})"
         answer = (
             f"capacity {load.describe(found.meets_at)}{stopped} (meets the SLO there, misses "
             f"at {hi}; tolerance {found.tolerance:.0%})"

@@ -56,7 +56,7 @@ class Capacity:
 
     load: Load
     tolerance: float
-    status: str = "found"
+    outcome: str = "found"
     """``found``; ``unbounded`` (met the target at every load tried); ``none`` (failed at
     every load tried); ``max_probes`` (stopped before the bracket was narrow enough)."""
     meets_at: float | None = None
@@ -98,7 +98,7 @@ class Capacity:
             "capacity": self.capacity,
             "unit": self.load.unit,
             "load_key": self.load.key,
-            "status": self.status,
+            "status": self.outcome,
             "bracket": {
                 "meets": None if self.meets_at is None else value(self.meets_at),
                 "fails": None if self.fails_at is None else value(self.fails_at),
@@ -115,12 +115,12 @@ def _next_level(found: Capacity, start: float) -> float | None:
     lo, hi = found.meets_at, found.fails_at
     if lo is None and hi is not None:
         if hi < start / GROWTH**MAX_HALVINGS:
-            found.status = "none"
+            found.outcome = "none"
             return None
         return hi / GROWTH
     if hi is None and lo is not None:
         if lo > start * GROWTH**MAX_DOUBLINGS:
-            found.status = "unbounded"
+            found.outcome = "unbounded"
             return None
         return lo * GROWTH
     assert lo is not None and hi is not None
@@ -163,5 +163,5 @@ def capacity_search(
         level = _next_level(found, load.start)
         if level is None:
             return found
-    found.status = "max_probes"
+    found.outcome = "max_probes"
     return found

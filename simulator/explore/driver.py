@@ -10,7 +10,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from simulator.explore.backends import Backend, Done
+from simulator.explore.backend import Backend, Done
 
 R = TypeVar("R")
 

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.explore.backends import Backend, Done
+from simulator.explore.backend import Backend, Done
 
-WAIT_S = 0.2
+WAIT_S = 0.1
 """Longest block inside Ray per ``wait`` round: Ctrl-C and SIGTERM are handled between."""
 
 

@@ -24,7 +24,7 @@ class Replicas:
 
     load: Load
     level: float
-    status: str = "found"
+    outcome: str = "found"
     """``found``, or ``none`` (even ``MAX_REPLICAS`` missed)."""
     fewest: int | None = None
     probes: list[dict[str, Any]] = field(default_factory=list)
@@ -85,5 +85,5 @@ def replicas_search(
             return found
         else:
             count = (missed + met) // 2
-    found.status = "none"
+    found.outcome = "none"
     return found

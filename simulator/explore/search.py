@@ -113,7 +113,7 @@ def point_search(spec: SearchSpec, point: GridPoint) -> Search[dict[str, Any]]:
     usd, gpus = cost_per_hour(cfg, spec.prices)
     row["gpus"] = gpus
     _cost_columns(row, usd)
-    return {**row, "status": found.status, "error": None}
+    return {**row, "status": found.outcome, "error": None}
 
 
 def json_cell(value: Any) -> Any:

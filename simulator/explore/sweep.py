@@ -25,7 +25,8 @@ from simulator.config import (
     validate,
 )
 from simulator.errors import InputError
-from simulator.explore.backends import Done, make_backend
+from simulator.explore.backend import Done
+from simulator.explore.backends import make_backend
 
 
 @dataclass(frozen=True)
