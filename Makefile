@@ -27,10 +27,8 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check simulator tests benchmarks
 	$(BIN)/mypy simulator
 
-# --dist loadgroup: the Ray tests (xdist_group "ray") run on one worker and share one local Ray
-# instance, started once (~15 s on a busy machine)
 test: lint
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -q tests
+	$(BIN)/python -m pytest -n 2 -q tests
 
 # The scenario tests' golden figures, written anew after an intended change of behaviour
 golden: $(STAMP)

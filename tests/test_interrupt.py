@@ -59,15 +59,9 @@ LONG = ["--set", "workload.num_requests=400000", "--slo", "ttft_p99_ms=100000"]
 SEARCHES: list[Any] = [
     pytest.param("capacity", "local", CTRL_C, id="capacity-local-ctrl-c"),
     pytest.param("search", "local", SIGTERM, id="search-local-sigterm"),
-    pytest.param(
-        "capacity", "ray", SIGTERM, id="capacity-ray-sigterm", marks=pytest.mark.xdist_group("ray")
-    ),
-    pytest.param(
-        "search", "ray", CTRL_C, id="search-ray-ctrl-c", marks=pytest.mark.xdist_group("ray")
-    ),
-    pytest.param(
-        "sweep", "ray", CTRL_C, id="sweep-ray-ctrl-c", marks=pytest.mark.xdist_group("ray")
-    ),
+    pytest.param("capacity", "ray", SIGTERM, id="capacity-ray-sigterm"),
+    pytest.param("search", "ray", CTRL_C, id="search-ray-ctrl-c"),
+    pytest.param("sweep", "ray", CTRL_C, id="sweep-ray-ctrl-c"),
 ]
 
 

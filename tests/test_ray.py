@@ -16,8 +16,6 @@ from simulator.cli import main
 from tests.paths import ROOT
 from tests.test_cli import SMALL
 
-pytestmark = pytest.mark.xdist_group("ray")
-
 
 def _capacity(out: Path, *extra: str) -> dict[str, Any]:
     argv = ["capacity", str(ROOT / "scenarios" / "quickstart.yaml"), "--no-plots"]
