@@ -214,3 +214,8 @@ def test_a_load_no_rate_can_meet_says_so_and_exits_1(
     found = json.loads((out / "capacity.json").read_text())
     assert found["status"] == "none" and found["capacity"] is None
     assert "missed even at" in capsys.readouterr().out
+    # its figure (every probe missed) is drawn, and `servesim plot` redraws it
+    figure = out / "plots" / "capacity.png"
+    figure.unlink()
+    assert main(["plot", str(out)]) == 0
+    assert figure.stat().st_size > 10_000

@@ -72,6 +72,9 @@ def test_search_prices_each_deployment_and_marks_the_cheapest(
     assert (out / "plots" / "pareto.png").stat().st_size > 20_000
     meta = json.loads((out / "search.json").read_text())
     assert meta["gpu_cost"] == {"a100-80gb": 1.5}
+    (out / "plots" / "pareto.png").unlink()
+    assert main(["plot", str(out)]) == 0  # servesim plot redraws it
+    assert (out / "plots" / "pareto.png").is_file()
 
 
 def test_a_gpu_without_a_price_is_one_line_before_anything_runs(

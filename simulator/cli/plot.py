@@ -30,6 +30,9 @@ def run(args: argparse.Namespace) -> int:
     folder = Path(args.folder)
     if not folder.is_dir():
         raise InputError(f"{folder}: no such folder")
+    if _redraw_search(folder, args.format):
+        print(f"plot redrawn in {folder / 'plots'}")
+        return 0
     if (folder / SWEEP_FILE).exists():
         table = pd.read_parquet(folder / SWEEP_FILE)
         save_sweep_plots(table, read_sweep_keys(folder), folder / "plots", fmt=args.format)
@@ -43,6 +46,30 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(paths)} plots redrawn in {folder / 'plots'}")
         return 0
     raise InputError(
-        f"{folder}: neither a run folder (requests.parquet, steps.parquet) nor a sweep folder "
-        f"({SWEEP_FILE})"
+        f"{folder}: neither a run folder (requests.parquet, steps.parquet) nor a sweep, "
+        f"capacity or search folder ({SWEEP_FILE}, capacity.json, search.parquet)"
     )
+
+
+def _redraw_search(folder: Path, fmt: str) -> bool:
+    """Redraw a capacity or design-search folder's figure; False if it is neither."""
+    import json
+
+    import pandas as pd
+
+    from simulator.results.writer import CAPACITY_FILE, SEARCH_FILE
+
+    if (folder / CAPACITY_FILE).exists():
+        from simulator.plots.capacity import save_capacity_plot
+
+        found = json.loads((folder / CAPACITY_FILE).read_text())
+        save_capacity_plot(found, folder / "plots", fmt=fmt)
+        return True
+    if (folder / SEARCH_FILE).exists():
+        from simulator.plots.search import save_search_plot
+
+        meta = json.loads((folder / "search.json").read_text())
+        table = pd.read_parquet(folder / SEARCH_FILE)
+        save_search_plot(table, list(meta["keys"]), folder / "plots", fmt=fmt)
+        return True
+    return False

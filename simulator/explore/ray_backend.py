@@ -63,7 +63,7 @@ class RayBackend(Backend):
                     num_cpus=workers if address is None else None,
                     include_dashboard=False,
                     log_to_driver=False,
-                    logging_level=logging.WARNING,
+                    logging_level=logging.ERROR,
                     configure_logging=True,
                 )
             except (ConnectionError, RuntimeError, ValueError) as err:

@@ -60,7 +60,8 @@ def _latency_panel(ax: Axes, probes: pd.DataFrame, metric: str, found: dict[str,
 def _y_range(ax: Axes) -> None:
     """Log y for values spanning decades, else linear from 0; room above the highest line
     for the marks of runs cut short."""
-    values = np.concatenate([np.asarray(ln.get_ydata(), dtype=float) for ln in ax.get_lines()])
+    lines = [np.asarray(ln.get_ydata(), dtype=float) for ln in ax.get_lines()]
+    values = np.concatenate(lines) if lines else np.zeros(0)
     values = values[np.isfinite(values)]
     if not len(values):
         return
