@@ -64,9 +64,7 @@ def main() -> None:
         for _ in range(args.repeat):
             for backend in times:
                 out = work / f"search-{backend}"
-                times[backend].append(
-                    servesim([*SEARCH, "--backend", backend, "--jobs", "2"], out)
-                )
+                times[backend].append(servesim([*SEARCH, "--backend", backend, "--jobs", "2"], out))
         local = pd.read_parquet(work / "search-local" / "search.parquet")
         on_ray = pd.read_parquet(work / "search-ray" / "search.parquet")
         pd.testing.assert_frame_equal(local, on_ray)
