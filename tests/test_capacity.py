@@ -1,5 +1,6 @@
-"""``servesim capacity``: against the M/D/1 formula, in few simulations on the quickstart
-scenario, and a cut-short probe is always one that would have failed."""
+"""``servesim capacity``: against the M/D/1 formula, and a cut-short probe is always one that
+would have failed (the quickstart scenario's capacity in at most 12 simulations, on both
+backends: tests/test_ray.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from simulator.explore.cutoff import Cutoff, percentile_past
 from simulator.explore.probe import ProbeSpec, load_for, probe_scenario
 from simulator.explore.slo import Target, make_target, parse_terms
 from simulator.runner import run
-from tests.paths import ROOT
 from tests.test_engine import scenario
 
 SERVICE_MS = 10.0
@@ -77,19 +77,6 @@ def test_capacity_of_md1_is_within_3_percent_of_pollaczek_khinchine(tmp_path: Pa
     assert (met["ttft_mean_s"] <= bound_s).all()
 
 
-def test_quickstart_capacity_takes_at_most_12_simulations(tmp_path: Path) -> None:
-    out = tmp_path / "cap"
-    argv = ["capacity", str(ROOT / "scenarios" / "quickstart.yaml"), "--out", str(out)]
-    assert main([*argv, "--jobs", "1"]) == 0
-    found = json.loads((out / "capacity.json").read_text())
-    assert found["num_simulations"] <= 12
-    assert found["slo"]["limits"] == {"ttft_ms": 1000.0, "tpot_ms": 50.0}  # the scenario's
-    assert found["slo"]["attain"] == 0.99
-    assert 3 < found["capacity"] < 14
-    assert (out / "plots" / "capacity.png").stat().st_size > 20_000
-    assert (out / "probes.parquet").is_file() and (out / "scenario.yaml").is_file()
-
-
 # --------------------------------------------------------------------------- the cutoff
 
 
@@ -118,7 +105,7 @@ TARGETS = [
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.describe())
 def test_the_cutoff_stops_only_runs_that_would_fail(target: Target) -> None:
     stopped = kept = 0
-    for rate in (2.0, 4.0, 8.0, 30.0):
+    for rate in (2.0, 4.0, 30.0):
         data = probe_scenario(
             ProbeSpec(scenario(), "test", load_for(validate_cfg(scenario())), rate, 7, target)
         )

@@ -18,8 +18,9 @@ from tests.test_cli import SMALL
 
 
 def _capacity(out: Path, *extra: str) -> dict[str, Any]:
-    argv = ["capacity", str(ROOT / "scenarios" / "quickstart.yaml"), "--no-plots"]
+    argv = ["capacity", str(ROOT / "scenarios" / "quickstart.yaml")]
     assert main([*argv, "--out", str(out), *extra]) == 0
+    assert (out / "plots" / "capacity.png").stat().st_size > 20_000
     return json.loads((out / "capacity.json").read_text())
 
 
@@ -29,10 +30,17 @@ def _without_timing(found: dict[str, Any]) -> dict[str, Any]:
     return {**found, "probes": probes, "backend": None}
 
 
-def test_quickstart_capacity_on_ray_is_the_local_answer(ray_address: str, tmp_path: Path) -> None:
+def test_quickstart_capacity_takes_at_most_12_simulations_and_ray_gives_the_same(
+    ray_address: str, tmp_path: Path
+) -> None:
     local = _capacity(tmp_path / "local", "--jobs", "1")
+    assert local["num_simulations"] <= 12
+    assert local["slo"]["limits"] == {"ttft_ms": 1000.0, "tpot_ms": 50.0}  # the scenario's
+    assert local["slo"]["attain"] == 0.99 and 3 < local["capacity"] < 14
+    assert (tmp_path / "local" / "probes.parquet").is_file()
+    assert (tmp_path / "local" / "scenario.yaml").is_file()
     on_ray = _capacity(tmp_path / "ray", "--backend", "ray")
-    assert on_ray["backend"] == "ray" and local["num_simulations"] <= 12
+    assert on_ray["backend"] == "ray"
     assert on_ray["capacity"] == local["capacity"]
     assert _without_timing(on_ray) == _without_timing(local)
 
