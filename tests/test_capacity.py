@@ -206,3 +206,27 @@ def test_a_load_no_rate_can_meet_says_so_and_exits_1(
     figure.unlink()
     assert main(["plot", str(out)]) == 0
     assert figure.stat().st_size > 10_000
+
+
+def test_a_trace_capacity_is_its_smallest_time_scale(tmp_path: Path) -> None:
+    # the M/D/1 workload as a trace: Poisson arrivals at 30 req/s, 10 ms each
+    n, rate = 20_000, 30.0
+    gaps = np.random.default_rng(5).exponential(1 / rate, n - 1)
+    arrivals = np.concatenate(([0.0], np.cumsum(gaps)))
+    trace = tmp_path / "trace.csv"
+    pd.DataFrame({"arrival_s": arrivals, "prompt_len": 16, "output_len": 1}).to_csv(
+        trace, index=False
+    )
+    data = md1()
+    data["workload"] = {"trace": {"path": str(trace), "format": "csv", "time_scale": 1.0}}
+    d = SERVICE_MS / 1e3
+    bound_s = d + 0.6 * d / (2 * (1 - 0.6))
+    out = tmp_path / "cap"
+    argv = ["capacity", str(write(tmp_path, data)), "--slo", f"ttft_mean_ms={bound_s * 1e3}"]
+    assert main([*argv, "--out", str(out), "--no-plots", "--jobs", "1"]) == 0
+    found = json.loads((out / "capacity.json").read_text())
+    assert found["unit"] == "time_scale" and found["load_key"] == "workload.trace.time_scale"
+    # slower replays meet it: the bracket's missing time_scale is the smaller one
+    assert found["bracket"]["fails"] < found["capacity"]
+    trace_rate = (n - 1) / arrivals[-1]
+    assert found["capacity"] == pytest.approx(trace_rate / pk_capacity(bound_s, d), rel=0.03)
