@@ -141,6 +141,28 @@ def results_folder(out: str | None, overwrite: bool, name: str) -> Iterator[tupl
         raise
 
 
+def format_replicas(summary: dict[str, Any], table: Any) -> str:
+    """A cluster's per-replica lines (the first 16) under its load figures."""
+    imbalance = [f"{k} {v:.2f}" for k, v in summary.items() if k.endswith("load_imbalance")]
+    lines = [
+        f"replicas   {summary['num_replicas']}, busy {summary['utilization_mean'] * 100:.1f}% "
+        f"mean, {summary['utilization_max'] * 100:.1f}% max; "
+        + ", ".join(imbalance)
+        + " (max/mean tokens computed)",
+        f"{'replica':>8} {'role':<10}{'requests':>9}{'busy %':>8}{'req/s':>8}{'KV %':>7}"
+        f"{'TTFT ms':>9}",
+    ]
+    for row in table.head(16).itertuples(index=False):
+        ttft = "-" if row.ttft_mean_s != row.ttft_mean_s else f"{row.ttft_mean_s * 1e3:.1f}"
+        lines.append(
+            f"{row.replica:>8} {row.role:<10}{row.num_requests:>9}{row.utilization * 100:>8.1f}"
+            f"{row.request_throughput:>8.2f}{row.kv_utilization_mean * 100:>7.1f}{ttft:>9}"
+        )
+    if len(table) > 16:
+        lines.append(f"{'...':>8} (all {len(table)} in replicas.parquet)")
+    return "\n".join(lines)
+
+
 class Terminated(BaseException):
     """SIGTERM arrived. Like KeyboardInterrupt, not an ``Exception``: nothing catches it by
     mistake, and every ``finally`` (the temporary results folder's removal) runs."""

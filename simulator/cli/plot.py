@@ -40,9 +40,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     req, steps = folder / "requests.parquet", folder / "steps.parquet"
     if req.exists() and steps.exists():
-        paths = save_run_plots(
-            pd.read_parquet(req), pd.read_parquet(steps), folder / "plots", fmt=args.format
-        )
+        requests, step_table = pd.read_parquet(req), pd.read_parquet(steps)
+        paths = save_run_plots(requests, step_table, folder / "plots", fmt=args.format)
+        if "replica" in step_table:  # a cluster's run
+            from simulator.plots.cluster import save_cluster_plots
+
+            paths += save_cluster_plots(requests, step_table, folder / "plots", fmt=args.format)
         print(f"{len(paths)} plots redrawn in {folder / 'plots'}")
         return 0
     raise InputError(

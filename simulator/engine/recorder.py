@@ -4,6 +4,7 @@ proportional to requests, not to steps or tokens."""
 
 from __future__ import annotations
 
+import copy
 from array import array
 
 import numpy as np
@@ -63,6 +64,17 @@ class Recorder:
         self._gaps = array("d")  # gaps of single tokens
         self._run_gaps = array("d")  # gaps shared by a whole deferred decode step ...
         self._run_counts = array("q")  # ... and how many tokens share each
+
+    def for_replica(self, num_blocks: int, sink: StepSink) -> Recorder:
+        """A recorder for another server of a cluster: its own steps, step aggregates, token
+        count and gap buffers; these per-request records and this ITL distribution (each
+        request is on one replica at a time, and its gaps go to one distribution)."""
+        other = copy.copy(self)  # shallow: the per-request lists and ``itl`` are shared
+        other.num_tokens, other.step_stats = 0, StepStats()
+        other._num_blocks, other._sink, other._num_flushed = num_blocks, sink, 0
+        other._step_times, other._step_ints = array("d"), array("q")
+        other._gaps, other._run_gaps, other._run_counts = array("d"), array("d"), array("q")
+        return other
 
     # -- steps ---------------------------------------------------------------------------------
 

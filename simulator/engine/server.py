@@ -61,18 +61,58 @@ class Server:
         self.fast_decode = fast_decode and cost_model.times_decodes_from_sums
         self.closed = False
         """No more submissions will come: the server stops once its work is done."""
+        self.retire: Callable[[list[Sequence], float], None] = self.record_finished
+        """What becomes of the sequences that finished in a step ending at a given time:
+        their finish is recorded (a cluster's prefill replica hands them on instead)."""
+        self.step_end = 0.0
+        """End of the latest step taken (deferred decode steps run ahead of the clock)."""
         self._wake: simpy.Event | None = None
+        # The last deferred decode step, taken whole before its end: (end, tokens sampled,
+        # sequences retired, blocks freed), undone by the num_* views until the clock gets there.
+        self._deferred = (0.0, 0, 0, 0)
 
-    def submit(self, seq: Sequence) -> bool:
+    # -- state as a step-by-step run shows it at this instant (what a router may read) -------
+
+    @property
+    def num_running(self) -> int:
+        """Sequences running now (a deferred step in flight has retired nobody yet)."""
+        end, _, retired, _ = self._deferred
+        n = self.scheduler.num_running
+        return n + retired if self.env.now < end else n
+
+    @property
+    def num_waiting(self) -> int:
+        """Sequences waiting for admission now."""
+        return self.scheduler.num_waiting
+
+    @property
+    def num_blocks_used(self) -> int:
+        """KV blocks held now (a deferred step in flight has freed none yet)."""
+        end, _, _, freed = self._deferred
+        n = self.scheduler.num_blocks_used
+        return n + freed if self.env.now < end else n
+
+    @property
+    def num_sampled(self) -> int:
+        """Tokens sampled so far (a deferred step in flight has sampled none yet)."""
+        end, tokens, _, _ = self._deferred
+        n = self.recorder.num_tokens
+        return n - tokens if self.env.now < end else n
+
+    def submit(self, seq: Sequence, prefilled: bool = False) -> bool:
         """Hand a request to the scheduler (waking an idle server); False, recorded with its
-        reason, if it can never be served."""
+        reason, if it can never be served. ``prefilled``: its prompt was computed elsewhere
+        and its KV comes with it (``Scheduler.add_prefilled``)."""
         reason = self.scheduler.rejection_reason(seq)
         if reason is not None:
             self.recorder.rejected.append((seq.seq_id, reason))  # type: ignore[arg-type]
             if self.progress is not None:
                 self.progress(1)
             return False
-        self.scheduler.add(seq)
+        if prefilled:
+            self.scheduler.add_prefilled(seq)
+        else:
+            self.scheduler.add(seq)
         self._poke()
         return True
 
@@ -134,11 +174,12 @@ class Server:
                 sched.num_cached_blocks,
             ),
         )
+        self.step_end = now + duration  # where the timeout lands
         yield env.timeout(duration)
         done = sched.update()
         rec.record_samples(plan.sampled, env.now)
         if done:
-            self._retire(done, env.now)
+            self.retire(done, env.now)
 
     def _decode_window(self) -> Generator[simpy.Event, Any, int]:
         """Run the plain decode steps the scheduler accepts, back to back, under as few simpy
@@ -147,17 +188,22 @@ class Server:
         Only an arrival can change the scheduler's mind between plain decode steps, so every
         step that starts before the next arrival joins the window. The window's end must be
         exactly where step-by-step timeouts would have landed (``start + sum`` in float is not
-        always ``start + (end - start)``): when one would not, the window is cut there."""
+        always ``start + (end - start)``): when one would not, the window is cut there. Its
+        last step is still in flight while the window's timeout runs: until the clock gets to
+        its end, the ``num_*`` views undo what that step did early (retire, free, sample)."""
         env, sched, rec = self.env, self.scheduler, self.recorder
         decode_time = self.cost_model.decode_time
-        steps = 0
+        steps = num_seqs = 0
         start = end = env.now
+        retired = (0.0, 0, 0)  # the latest step that retired anybody: end, how many, blocks
         while end < self.next_arrival() or not steps:
             num_running, num_waiting = sched.num_running, sched.num_waiting
-            num_seqs, kv_tokens = sched.decode_step()
-            if not num_seqs:
+            batch, kv_tokens = sched.decode_step()
+            if not batch:
                 break
+            num_seqs = batch
             duration = decode_time(num_seqs, kv_tokens)
+            used = sched.num_blocks_used
             rec.record_step(
                 end,
                 duration,
@@ -166,7 +212,7 @@ class Server:
                     num_seqs,
                     0,
                     num_seqs,
-                    sched.num_blocks_used,
+                    used,
                     num_running,
                     num_waiting,
                     0,
@@ -178,17 +224,21 @@ class Server:
             rec.record_decode_step(num_seqs, end, new_end)
             done = sched.finish_decode_step()
             if done:
-                self._retire(done, new_end)
+                self.retire(done, new_end)
+                retired = (new_end, len(done), used - sched.num_blocks_used)
             if start + (new_end - start) != new_end:
                 yield env.timeout(end - start)  # lands exactly on ``end``, checked last round
                 start = end
             end = new_end
         if steps:
             rec.end_decode_run(sched.decode_batch_ids(), end)  # type: ignore[arg-type]
+            self.step_end = end
+            _, num_retired, freed = retired if retired[0] == end else (end, 0, 0)
+            self._deferred = (end, num_seqs, num_retired, freed)
             yield env.timeout(end - start)
         return steps
 
-    def _retire(self, done: list[Sequence], end: float) -> None:
+    def record_finished(self, done: list[Sequence], end: float) -> None:
         """Record the requests that finished in the step ending at ``end``."""
         rec = self.recorder
         for seq in done:

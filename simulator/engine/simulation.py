@@ -164,7 +164,7 @@ class Simulation:
         rec = self.recorder
         steps = rec.close()
         rejected_ids = [i for i, _ in rec.rejected]
-        _check_token_count(rec.num_tokens, self.workload.output_len, rejected_ids)
+        check_token_count(rec.num_tokens, self.workload.output_len, rejected_ids)
         requests = build_requests(
             self.workload,
             arrival=self.arrival_s,
@@ -193,7 +193,7 @@ class Simulation:
         )
 
 
-def _check_token_count(num_tokens: int, output_len: np.ndarray, rejected: list[int]) -> None:
+def check_token_count(num_tokens: int, output_len: np.ndarray, rejected: list[int]) -> None:
     """The run sampled exactly the tokens its finished requests asked for: a preemption that
     redid a sample (instead of recomputing KV only) would show up here, whatever the tokens.
     (The server checks each request's own count when it finishes.)"""

@@ -57,6 +57,10 @@ class StepStats:
         self.kv_time = 0.0
         """Sum over steps of KV utilization x duration (for the time-weighted mean)."""
         self.kv_max = 0.0
+        self.busy_s = 0.0
+        """Sum of step durations."""
+        self.num_tokens = 0
+        """Tokens computed (prompt chunks and decodes)."""
 
     def add(self, steps: pd.DataFrame) -> None:
         """Account for a chunk of consecutive rows of the step table."""
@@ -70,3 +74,5 @@ class StepStats:
         self.num_preemptions += int(steps["num_preemptions"].sum())
         self.kv_time += float((kv * duration).sum())
         self.kv_max = max(self.kv_max, float(kv.max()))
+        self.busy_s += float(duration.sum())
+        self.num_tokens += int(steps["num_tokens"].sum())

@@ -51,12 +51,16 @@ def write_result(
     result.requests.to_parquet(folder / "requests.parquet", index=False)
     if result.steps is not None:  # else streamed to the folder as the run went, or not kept
         result.steps.to_parquet(folder / "steps.parquet", index=False)
+    if result.replicas is not None:
+        result.replicas.to_parquet(folder / "replicas.parquet", index=False)
     if len(result.rejected):
         result.rejected.to_csv(folder / "rejected.csv", index=False)
     summary = dict(result.summary)
     summary["wall_time_s"] = result.extras.get("wall_time_s")
     summary["servesim_version"] = result.extras.get("servesim_version")
     summary["workload_notes"] = list(result.extras.get("workload_notes", []))
+    if result.replicas is not None:
+        summary["replicas"] = result.replicas.to_dict(orient="records")
     (folder / "summary.json").write_text(
         json.dumps(json_safe(summary), indent=2, default=_json_default, allow_nan=False) + "\n"
     )
@@ -70,6 +74,10 @@ def write_result(
             path = folder / "steps.parquet"
             steps = path if path.exists() else MemorySink().close()
         save_run_plots(result.requests, steps, folder / "plots", fmt=fmt)
+        if result.replicas is not None and isinstance(steps, pd.DataFrame):
+            from simulator.plots.cluster import save_cluster_plots
+
+            save_cluster_plots(result.requests, steps, folder / "plots", fmt=fmt)
 
 
 def write_sweep(
