@@ -332,4 +332,4 @@ class Cluster:
         if self.decode:
             env.process(self._after_prefill(procs[: len(self.entry)]))
         env.run()
-        return cluster_result(self)
+        return cluster_result(self.records, self.replicas, self.slo, self.percentiles)

@@ -3,20 +3,18 @@ the replica of each row), the summary with cluster-wide figures, and one row per
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from simulator.cluster.replica import Replica
 from simulator.engine.recorder import Recorder
 from simulator.engine.result import SimulationResult
 from simulator.engine.simulation import check_token_count
 from simulator.engine.step_sink import StepSink
 from simulator.metrics import StepStats, build_requests, summarize
 from simulator.workload.workload import Workload
-
-if TYPE_CHECKING:
-    from simulator.cluster.cluster import Cluster
 
 REPLICA_COLUMNS = [
     "replica",
@@ -68,7 +66,7 @@ class ClusterRecords:
         if self.recorder is None:
             self.recorder = Recorder(len(self.workload), num_blocks, sink)
             return self.recorder
-        return self.recorder.for_replica(num_blocks, sink)
+        return Recorder(0, num_blocks, sink, shared=self.recorder)
 
     def reject(self, i: int, reason: str) -> None:
         """Request ``i`` fits no replica."""
@@ -96,21 +94,15 @@ def _merged_stats(stats: list[StepStats]) -> StepStats:
     """The cluster's step aggregates: counts and KV time summed, the latest end."""
     out = StepStats()
     for s in stats:
-        out.num_steps += s.num_steps
-        out.end_s = max(out.end_s, s.end_s)
-        out.num_preemptions += s.num_preemptions
-        out.kv_time += s.kv_time
-        out.kv_max = max(out.kv_max, s.kv_max)
-        out.busy_s += s.busy_s
-        out.num_tokens += s.num_tokens
+        out.merge(s)
     return out
 
 
-def _steps(c: Cluster) -> pd.DataFrame | None:
+def _steps(replicas: list[Replica]) -> pd.DataFrame | None:
     """Every replica's steps with a ``replica`` column, in order of start (None if kept by
     none: ``steps: none``)."""
     frames = []
-    for r in c.replicas:
+    for r in replicas:
         steps = r.server.recorder.close()
         if steps is not None:
             frames.append(steps.assign(replica=np.full(len(steps), r.index, dtype=np.int64)))
@@ -123,19 +115,24 @@ def _steps(c: Cluster) -> pd.DataFrame | None:
     return steps
 
 
-def cluster_result(c: Cluster) -> SimulationResult:
+def cluster_result(
+    records: ClusterRecords,
+    replicas: list[Replica],
+    slo: dict[str, float | None] | None,
+    percentiles: tuple[float, ...],
+) -> SimulationResult:
     """The run's tables and summary."""
-    records = c.records
-    rec = records.recorder
+    rec, workload = records.recorder, records.workload
     assert rec is not None
-    steps = _steps(c)
-    recorders = [r.server.recorder for r in c.replicas]
+    disaggregated = any(r.role == "decode" for r in replicas)
+    steps = _steps(replicas)
+    recorders = [r.server.recorder for r in replicas]
     rejected = sorted(rec.rejected)
     rejected_ids = [i for i, _ in rejected]
-    check_token_count(sum(x.num_tokens for x in recorders), c.workload.output_len, rejected_ids)
+    check_token_count(sum(x.num_tokens for x in recorders), workload.output_len, rejected_ids)
     prefill_preemptions = np.array(records.prefill_preemptions, dtype=np.int64)
     requests = build_requests(
-        c.workload,
+        workload,
         first_scheduled=np.array(rec.first_scheduled),
         first_token=np.array(rec.first_token),
         finish=np.array(rec.finish),
@@ -145,13 +142,13 @@ def cluster_result(c: Cluster) -> SimulationResult:
     replica = np.array(records.routed_to, dtype=np.int64)
     replica[rejected_ids] = -1
     requests["replica"] = replica
-    if c.decode:
+    if disaggregated:
         requests["prefill_replica"] = np.array(records.prefill_replica, dtype=np.int64)
         requests["decode_replica"] = np.array(records.decode_replica, dtype=np.int64)
         requests["kv_transfer_s"] = np.array(records.kv_end) - np.array(records.kv_ready)
     stats = _merged_stats([x.step_stats for x in recorders])
-    summary = summarize(requests, stats, rec.itl, c.slo, c.percentiles)
-    table = replica_table(c, requests, summary["duration_s"])
+    summary = summarize(requests, stats, rec.itl, slo, percentiles)
+    table = replica_table(replicas, requests, summary["duration_s"])
     summary.update(cluster_summary(table, requests))
     return SimulationResult(
         requests=requests,
@@ -168,16 +165,17 @@ def cluster_result(c: Cluster) -> SimulationResult:
     )
 
 
-def replica_table(c: Cluster, requests: pd.DataFrame, duration: float) -> pd.DataFrame:
+def replica_table(replicas: list[Replica], requests: pd.DataFrame, duration: float) -> pd.DataFrame:
     """One row per replica: its load, throughput, utilization, KV use and TTFT."""
     per_s = (lambda x: float(x) / duration) if duration > 0 else (lambda x: float("nan"))
     finished = requests["status"].to_numpy() == "finished"
     where = requests["replica"].to_numpy()
-    first_on = requests["prefill_replica"].to_numpy() if c.decode else where
-    to_decode = requests["decode_replica"].to_numpy() if c.decode else where
+    disaggregated = "decode_replica" in requests
+    first_on = requests["prefill_replica"].to_numpy() if disaggregated else where
+    to_decode = requests["decode_replica"].to_numpy() if disaggregated else where
     ttft = requests["ttft_s"].to_numpy()
     rows = []
-    for r in c.replicas:
+    for r in replicas:
         k, rec = r.index, r.server.recorder
         stats = rec.step_stats
         done = int((finished & (where == k)).sum())

@@ -4,7 +4,6 @@ proportional to requests, not to steps or tokens."""
 
 from __future__ import annotations
 
-import copy
 from array import array
 
 import numpy as np
@@ -36,7 +35,9 @@ CHUNK_GAPS = 1 << 16
 class Recorder:
     """A run's records. Requests are indexed by their row in the workload."""
 
-    def __init__(self, num_requests: int, num_blocks: int, sink: StepSink) -> None:
+    def __init__(
+        self, num_requests: int, num_blocks: int, sink: StepSink, shared: Recorder | None = None
+    ) -> None:
         nan = float("nan")
         self.first_scheduled = [nan] * num_requests
         """Per request: start of the first step that computed any of its tokens."""
@@ -56,6 +57,14 @@ class Recorder:
         """Every gap between two consecutive tokens of a request."""
         self.step_stats = StepStats()
         self._last_token = [nan] * num_requests  # when each request last sampled
+        if shared is not None:
+            # another server of a cluster: its own steps, aggregates, token count and gap
+            # buffers, and ``shared``'s per-request records and ITL distribution (a request
+            # is on one replica at a time)
+            self.first_scheduled, self.first_token = shared.first_scheduled, shared.first_token
+            self.finish, self.num_preemptions = shared.finish, shared.num_preemptions
+            self.checksum, self.rejected = shared.checksum, shared.rejected
+            self.itl, self._last_token = shared.itl, shared._last_token
         self._num_blocks = num_blocks
         self._sink = sink
         self._step_times = array("d")  # start, duration per buffered step
@@ -64,17 +73,6 @@ class Recorder:
         self._gaps = array("d")  # gaps of single tokens
         self._run_gaps = array("d")  # gaps shared by a whole deferred decode step ...
         self._run_counts = array("q")  # ... and how many tokens share each
-
-    def for_replica(self, num_blocks: int, sink: StepSink) -> Recorder:
-        """A recorder for another server of a cluster: its own steps, step aggregates, token
-        count and gap buffers; these per-request records and this ITL distribution (each
-        request is on one replica at a time, and its gaps go to one distribution)."""
-        other = copy.copy(self)  # shallow: the per-request lists and ``itl`` are shared
-        other.num_tokens, other.step_stats = 0, StepStats()
-        other._num_blocks, other._sink, other._num_flushed = num_blocks, sink, 0
-        other._step_times, other._step_ints = array("d"), array("q")
-        other._gaps, other._run_gaps, other._run_counts = array("d"), array("d"), array("q")
-        return other
 
     # -- steps ---------------------------------------------------------------------------------
 
