@@ -7,7 +7,9 @@ requests in all, on 1, 4, 16 and 64 replicas. For each N, the cluster runs once 
 ``round_robin`` (decided up front: each replica runs its share as a single server would) and
 once behind ``least_outstanding`` (decided at each arrival from the replicas' state); then
 each replica's share of the round-robin run is simulated alone, and those wall times summed.
-Timings alternate cluster and shares and keep the best of ``--repeat``.
+Timings are CPU seconds of this process (``time.process_time``: the machine is shared, and
+CPU time is what other processes disturb least), alternate cluster and shares, and keep the
+best of ``--repeat``.
 
 Run by hand: ``.venv/bin/python benchmarks/cluster_bench.py [--repeat 3] [--replicas 1 4 16 64]``.
 Record results in benchmarks/README.md.
@@ -38,20 +40,20 @@ def scenario(num_replicas: int, router: str) -> dict[str, Any]:
 
 
 def time_cluster(cfg: dict[str, Any]) -> tuple[float, Any]:
-    """Wall time of the cluster's simulation and tables (workload built beforehand)."""
+    """CPU time of the cluster's simulation and tables (workload built beforehand)."""
     from simulator.cluster.resolve import build_cluster
     from simulator.runner import build, resolve
 
     resolved = resolve(cfg)
     workload, _ = build(resolved)
     cluster = build_cluster(resolved, workload, None, None, True)
-    start = time.perf_counter()
+    start = time.process_time()
     result = cluster.run()
-    return time.perf_counter() - start, result
+    return time.process_time() - start, result
 
 
 def time_shares(cfg: dict[str, Any], replica: np.ndarray) -> float:
-    """Summed wall times of single-server runs of each replica's share."""
+    """Summed CPU times of single-server runs of each replica's share."""
     from simulator.engine.simulation import Simulation
     from simulator.engine.tokens import sample, sample_many
     from simulator.runner import build, resolve
@@ -67,9 +69,9 @@ def time_shares(cfg: dict[str, Any], replica: np.ndarray) -> float:
             workload.arrival_s[mine], workload.prompt_len[mine], workload.output_len[mine]
         )
         sim = Simulation(share, cost_model, make_scheduler(resolved.scheduler, sample, sample_many))
-        start = time.perf_counter()
+        start = time.process_time()
         sim.run()
-        total += time.perf_counter() - start
+        total += time.process_time() - start
     return total
 
 
