@@ -373,3 +373,19 @@ def test_a_bad_preset_in_a_replica_group_names_the_group(
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1
         assert "cluster.replicas.1.cost_model.model: unknown model preset 'llama-9'" in err
+
+
+def test_a_closed_loop_in_a_cluster_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    cfg = clustered({"replicas": 2})
+    cfg["workload"]["max_concurrency"] = 4
+    path = tmp_path / "closed.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "workload.max_concurrency: a closed loop is not simulated in a cluster yet" in err
+    assert not (tmp_path / "out").exists()
