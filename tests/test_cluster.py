@@ -69,6 +69,15 @@ SINGLE_CASES = [
             "output_len": {"dist": "uniform", "low": 1, "high": 64},
         },
     },
+    {  # vLLM v1's policy with its prefix cache
+        "scheduler": {
+            "policy": "vllm-v1",
+            "max_num_batched_tokens": 256,
+            "max_num_seqs": 32,
+            "num_blocks": 200,
+            "block_size": 16,
+        }
+    },
     {  # some requests can never fit
         "scheduler": {
             "max_num_batched_tokens": 256,
@@ -82,7 +91,7 @@ SINGLE_CASES = [
 
 @pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
 @pytest.mark.parametrize(
-    "over", SINGLE_CASES, ids=["linear", "roofline", "fitted", "ties", "rejects"]
+    "over", SINGLE_CASES, ids=["linear", "roofline", "fitted", "ties", "vllm-v1", "rejects"]
 )
 def test_one_replica_gives_the_single_server_tables_bit_for_bit(
     over: dict[str, Any], router: str

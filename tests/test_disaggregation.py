@@ -186,3 +186,22 @@ def test_kv_bytes_come_from_the_model_preset(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "cluster.disaggregation.kv_transfer.kv_bytes_per_token: required" in err
+
+
+def test_decode_replicas_under_vllm_v1_or_prefix_caching_are_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    cfg = disaggregated()
+    cfg["scheduler"]["policy"] = "vllm-v1"
+    path = tmp_path / "pd.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "scheduler: decode replicas take KV computed elsewhere" in err
+    with pytest.raises(ValueError, match="prefix caching off"):
+        SpecScheduler(8, 16, 4, 64, sample, enable_prefix_caching=True).add_prefilled(
+            Sequence(0, 10, 4, output=[5])
+        )

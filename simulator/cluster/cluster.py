@@ -190,13 +190,13 @@ class Cluster:
     def _eligible(self, i: int) -> list[Replica] | None:
         """The replicas request ``i`` fits in (None: none; its rejection is recorded)."""
         rec = self.records
-        seq = Sequence(i, rec.prompt_len[i], rec.output_len[i])
+        seq = self._sequence(i, rec.output_len[i])
         if self.decode:  # it must fit a decode replica to be worth a prefill
             reason = self.decode[0].server.scheduler.rejection_reason(seq)
             if reason is not None:
                 self._reject(i, f"decode replicas: {reason}")
                 return None
-            seq = Sequence(i, rec.prompt_len[i], 1)
+            seq = self._sequence(i, 1)
         fits: list[Replica] = []
         reasons: list[tuple[int, str]] = []
         for group in self._entry_groups:
@@ -230,10 +230,23 @@ class Cluster:
         if r.role == "prefill":
             rec.prefill_replica[i] = r.index
             r.routed(p, 1)
-            r.server.submit(Sequence(i, p, 1))
+            r.server.submit(self._sequence(i, 1))
         else:
             r.routed(p, o)
-            r.server.submit(Sequence(i, p, o))
+            r.server.submit(self._sequence(i, o))
+
+    def _sequence(self, i: int, max_tokens: int, output: list[int] | None = None) -> Sequence:
+        """Request ``i`` as a replica's scheduler takes it (``max_tokens`` 1 on a prefill
+        replica; on a decode replica with the ``output`` sampled at the prefill)."""
+        w = self.workload
+        return Sequence(
+            i,
+            self.records.prompt_len[i],
+            max_tokens,
+            priority=0 if w.priority is None else int(w.priority[i]),
+            prompt_runs=None if w.prompt_runs is None else w.prompt_runs.runs(i),
+            output=output or (),
+        )
 
     def _request(self, i: int) -> Request:
         rec = self.records
@@ -301,7 +314,7 @@ class Cluster:
         self._pending[dec.index].remove(landing)
         dec.num_incoming -= 1
         rec.routed_to[i] = dec.index
-        decode_seq = Sequence(i, seq.prompt_len, rec.output_len[i], output=seq.output)
+        decode_seq = self._sequence(i, rec.output_len[i], seq.output)
         dec.server.submit(decode_seq, prefilled=True)
         self._transfers -= 1
         if self._prefill_over and not self._transfers:

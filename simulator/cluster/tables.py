@@ -137,6 +137,7 @@ def cluster_result(
         first_token=np.array(rec.first_token),
         finish=np.array(rec.finish),
         num_preemptions=np.array(rec.num_preemptions, dtype=np.int64) + prefill_preemptions,
+        num_cached_tokens=np.array(rec.cached_tokens, dtype=np.int64),
         rejected=rejected_ids,
     )
     replica = np.array(records.routed_to, dtype=np.int64)

@@ -64,6 +64,7 @@ class Recorder:
             self.first_scheduled, self.first_token = shared.first_scheduled, shared.first_token
             self.finish, self.num_preemptions = shared.finish, shared.num_preemptions
             self.checksum, self.rejected = shared.checksum, shared.rejected
+            self.cached_tokens = shared.cached_tokens
             self.itl, self._last_token = shared.itl, shared._last_token
         self._num_blocks = num_blocks
         self._sink = sink
