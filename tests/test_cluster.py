@@ -398,3 +398,20 @@ def test_a_closed_loop_in_a_cluster_is_refused_in_one_line(
     assert len(err.splitlines()) == 1
     assert "workload.max_concurrency: a closed loop is not simulated in a cluster yet" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_prefix_keys_follow_token_identity() -> None:
+    from simulator.cluster.router import prefix_keys
+
+    a = prefix_keys((("sys", 40), ("q1", 30)), 16)  # 70 tokens: 4 full blocks
+    b = prefix_keys((("sys", 40), ("q2", 30)), 16)
+    assert len(a) == len(b) == 4
+    assert a[:2] == b[:2] and a[2] != b[2]  # the third block holds the first question tokens
+    assert prefix_keys(None, 16) == ()
+
+
+def test_prefix_affinity_keeps_a_system_prompt_on_one_replica() -> None:
+    cfg = clustered({"replicas": 4, "router": "prefix_affinity", "affinity_margin": 1000})
+    cfg["workload"]["shared_prefix"] = {"num_prefixes": 3, "prefix_len": 256}
+    result = simulator.run(cfg)
+    assert result.requests.groupby("replica").size().size <= 3  # one replica per prompt

@@ -25,7 +25,7 @@ When a request is routed, and what the router sees (also in docs/cluster.md):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import numpy as np
 import simpy
@@ -33,7 +33,7 @@ import simpy
 from simulator.cluster.config import GroupSpec
 from simulator.cluster.kv_link import KVLink
 from simulator.cluster.replica import Replica
-from simulator.cluster.router import Request
+from simulator.cluster.router import Request, Router, prefix_keys
 from simulator.cluster.routers import make_router
 from simulator.cluster.tables import ClusterRecords, cluster_result
 from simulator.cost import build_cost_model
@@ -248,9 +248,12 @@ class Cluster:
             output=output or (),
         )
 
-    def _request(self, i: int) -> Request:
-        rec = self.records
-        return Request(i, rec.arrival_s[i], rec.prompt_len[i], rec.output_len[i])
+    def _request(self, i: int, router: Router) -> Request:
+        rec, runs = self.records, self.workload.prompt_runs
+        prefix: tuple[Hashable, ...] = ()
+        if router.uses_prefix and runs is not None:
+            prefix = prefix_keys(runs.runs(i), self.entry[0].server.scheduler.block_size)
+        return Request(i, rec.arrival_s[i], rec.prompt_len[i], rec.output_len[i], prefix)
 
     def _share(self, r: Replica, items: list[tuple[float, int]]) -> simpy.events.ProcessGenerator:
         """Replica ``r``'s requests, routed up front, as a single server's arrivals."""
@@ -269,7 +272,7 @@ class Cluster:
         for i, t in enumerate(self._route_instants()):
             fits = self._eligible(i)
             if fits is not None:
-                shares[self.router.choose(self._request(i), fits).index].append((t, i))
+                shares[self.router.choose(self._request(i, self.router), fits).index].append((t, i))
         for r, items in zip(self.replicas, shares, strict=True):
             self._next_at[r.index] = items[0][0] if items else INF
         return shares
@@ -288,7 +291,7 @@ class Cluster:
                 yield env.timeout(0)
             fits = self._eligible(i)
             if fits is not None:
-                self._submit(self.router.choose(self._request(i), fits), i)
+                self._submit(self.router.choose(self._request(i, self.router), fits), i)
         self._next_route = INF
         for r in self.entry:
             r.server.close()
@@ -301,7 +304,7 @@ class Cluster:
         assert self.link is not None
         yield env.timeout(0)  # behind the decode replicas' step boundaries at this instant
         i: int = seq.seq_id  # type: ignore[assignment]
-        dec = self.decode_router.choose(self._request(i), self.decode)
+        dec = self.decode_router.choose(self._request(i, self.decode_router), self.decode)
         dec.routed(seq.prompt_len, rec.output_len[i] - len(seq.output))
         dec.num_incoming += 1
         ready = env.now

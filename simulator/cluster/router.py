@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from simulator.scheduling.sequence import PromptRuns
+
 if TYPE_CHECKING:
     from simulator.cluster.replica import Replica
 
@@ -48,14 +50,44 @@ class Request:
         self.output_len = output_len
         """Output tokens it will sample."""
         self.prefix = prefix
-        """Keys of its leading prompt blocks, each standing for that block and all before it
-        (a chained content hash); equal keys mean a shared prefix. Workloads have no token
-        identity yet, so this is empty and no two requests share a prefix."""
+        """Keys of its full prompt blocks, each standing for that block and all before it
+        (a chained content hash of the workload's token identity, ``prefix_keys``); equal
+        keys mean a shared prefix. Empty without token identity, or for a router that does
+        not ask for it (``Router.uses_prefix``)."""
+
+
+MAX_PREFIX_BLOCKS = 1024
+"""Prompt blocks a request's ``prefix`` covers at most (16k tokens of 16-token blocks)."""
+
+
+def prefix_keys(runs: PromptRuns | None, block_size: int) -> tuple[Hashable, ...]:
+    """Chained keys of a prompt's full blocks from its token identity (``(segment, tokens)``
+    runs, each the first ``tokens`` tokens of its segment): two prompts get the same first
+    ``k`` keys exactly when they share their first ``k`` blocks."""
+    keys: list[Hashable] = []
+    if not runs:
+        return ()
+    key: Hashable = None
+    piece: list[tuple[Hashable, int, int]] = []
+    filled = 0
+    for segment, tokens in runs:
+        pos = 0
+        while pos < tokens and len(keys) < MAX_PREFIX_BLOCKS:
+            take = min(block_size - filled, tokens - pos)
+            piece.append((segment, pos, take))
+            pos, filled = pos + take, filled + take
+            if filled == block_size:
+                key = hash((key, tuple(piece)))
+                keys.append(key)
+                piece, filled = [], 0
+    return tuple(keys)
 
 
 class Router(ABC):
     """Picks the replica a request goes to. Subclass it and implement ``choose``."""
 
+    uses_prefix: ClassVar[bool] = False
+    """Whether ``choose`` reads ``Request.prefix`` (computed for such routers only)."""
     reads_state: ClassVar[bool] = True
     """Whether ``choose`` reads the replicas' counters. A router that never does (round
     robin, random) is asked for every request before the run starts, so each replica runs

@@ -81,6 +81,8 @@ class PrefixAffinity(Router):
     loaded. Which replica holds which prefix is the router's own index of the prefixes it
     sent where (as llm-d's approximate prefix scorer keeps), keyed by ``Request.prefix``."""
 
+    uses_prefix = True
+
     def __init__(self, rng: np.random.Generator, affinity_margin: int = 0) -> None:
         super().__init__(rng, affinity_margin)
         self._holder: dict[Hashable, int] = {}  # prefix key -> replica that got it last
