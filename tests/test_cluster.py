@@ -398,6 +398,12 @@ def test_a_closed_loop_in_a_cluster_is_refused_in_one_line(
     assert len(err.splitlines()) == 1
     assert "workload.max_concurrency: a closed loop is not simulated in a cluster yet" in err
     assert not (tmp_path / "out").exists()
+    cfg = clustered({"replicas": 2}, serving={"step_cpu_ms": 1})
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert (
+        "serving: serving overheads are not simulated in a cluster yet" in capsys.readouterr().err
+    )
 
 
 def test_prefix_keys_follow_token_identity() -> None:
