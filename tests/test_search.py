@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from simulator.cli import main
-from simulator.config import ScenarioConfig, validate
+from simulator.config import validate
 from simulator.cost.presets import load_hardware
 from simulator.explore.backend import Done
 from simulator.explore.pricing import cost_per_hour, parse_gpu_costs
@@ -143,10 +143,6 @@ def test_replicas_for_uses_cluster_replicas(
     out = tmp_path / "srch"
     argv = ["search", str(write(tmp_path, ROOFLINE)), "--grid", "cost_model.tp=1,2"]
     argv += ["--slo", "ttft_p99_ms=300", "--replicas-for", "40", "--out", str(out)]
-    if "cluster" not in ScenarioConfig.model_fields:  # clusters not built yet: said so
-        assert main(argv) == 2
-        assert "no clusters (cluster.replicas)" in capsys.readouterr().err
-        return
     assert main([*argv, "--jobs", "1"]) == 0
     table = pd.read_parquet(out / "search.parquet")
     assert (table["replicas"] >= 1).all()

@@ -51,11 +51,9 @@ def point_config(spec: SearchSpec, point: GridPoint) -> ScenarioConfig:
 def check_points(spec: SearchSpec) -> None:
     """Before anything runs: every point is a valid scenario with a known price (one line
     naming the first that is not), and replicas can be set if asked for."""
-    if spec.replicas_for is not None or spec.replicas_for_scenario:
-        if "cluster" not in ScenarioConfig.model_fields:
-            raise InputError("--replicas-for: this servesim has no clusters (cluster.replicas)")
-        if REPLICAS_KEY in spec.grid:
-            raise InputError(f"--replicas-for: {REPLICAS_KEY} is what it finds; drop its --grid")
+    asks = spec.replicas_for is not None or spec.replicas_for_scenario
+    if asks and REPLICAS_KEY in spec.grid:
+        raise InputError(f"--replicas-for: {REPLICAS_KEY} is what it finds; drop its --grid")
     for point in grid_points(spec.grid):
         cost_per_hour(point_config(spec, point), spec.prices)
 
