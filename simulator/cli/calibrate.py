@@ -48,6 +48,12 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Fit a fitted cost-model preset to a measurement CSV; print k-fold held-out error."""
+    from simulator.output_file import check_output_file
+
+    # first: the fit (and even importing what it needs) takes a while, and its result must
+    # have somewhere to go
+    out = check_output_file(args.out)
+
     import numpy as np
 
     from simulator.cost.calibration.calibrate import calibrate, write_preset
@@ -78,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             source=source,
             progress=tick,
         )
-    write_preset(preset, args.out)
+    write_preset(preset, out)
     print(f"{len(rows)} distinct points, {args.folds}-fold held-out error of the fit:")
     print(format_error_table("all points", preset.heldout["all_points"]))
     if preset.heldout["inconsistent"]:

@@ -14,11 +14,10 @@ import pandas as pd
 from simulator.config import dump_scenario
 from simulator.engine.result import SimulationResult
 from simulator.engine.step_sink import MemorySink
+from simulator.results.reader import SWEEP_META
 
 SWEEP_FILE = "sweep.parquet"
 """A sweep folder's table: one row per grid point."""
-SWEEP_META = "sweep.json"
-"""A sweep folder's grid: scenario, grid values, ``--set`` items and the grid keys."""
 
 
 def _json_default(value: Any) -> Any:
@@ -96,12 +95,6 @@ def write_sweep(
         from simulator.plots.sweep import save_sweep_plots
 
         save_sweep_plots(table, list(meta["keys"]), folder / "plots", fmt=fmt)
-
-
-def read_sweep_keys(folder: Path) -> list[str]:
-    """The grid keys of a sweep folder (none if its ``sweep.json`` is missing)."""
-    meta_file = folder / SWEEP_META
-    return list(json.loads(meta_file.read_text())["keys"]) if meta_file.exists() else []
 
 
 CAPACITY_FILE = "capacity.json"
