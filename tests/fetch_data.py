@@ -3,16 +3,21 @@
 verified in ``data/``, from GitHub or the mirror ``$SERVESIM_DATA_URL`` names.
 
 Silent, and touches no network, when nothing is missing (as on CI, where ../shared/data holds
-every file); one line and exit 2 when a download fails."""
+every file); one line and exit 2 when a download fails.
+
+``python -m tests.fetch_data --mirror DIR`` instead builds such a mirror from our copies:
+``DIR/OWNER/REPO/COMMIT/PATH``, what ``SERVESIM_DATA_URL=file://DIR`` serves a fresh clone."""
 
 from __future__ import annotations
 
+import argparse
+import shutil
 import sys
 from pathlib import Path
 
 from simulator.errors import InputError
 from simulator.workload.datasets import BASE_URL_ENV, DATASETS, DataFile, fetch, file_state
-from tests.paths import FETCHED_DATA, SHARED_DATA
+from tests.paths import DATA, FETCHED_DATA, MISSING, SHARED_DATA
 
 
 def missing(shared: Path = SHARED_DATA, fetched: Path = FETCHED_DATA) -> list[DataFile]:
@@ -48,5 +53,28 @@ def fetch_missing(
     return 0
 
 
+def build_mirror(root: Path, entries: list[DataFile] | None = None) -> Path:
+    """A ``root/OWNER/REPO/COMMIT/PATH`` tree of the registered files (all by default),
+    copied from where the tests find them; returns ``root``."""
+    for entry in list(DATASETS.values()) if entries is None else entries:
+        source = DATA / entry.dest
+        assert source.is_file(), f"{source} {MISSING}"
+        target = root / entry.repo / entry.commit / entry.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    return root
+
+
+def main() -> int:
+    """Fetch what is missing, or build a mirror (``--mirror DIR``)."""
+    parser = argparse.ArgumentParser(prog="python -m tests.fetch_data", description=__doc__)
+    parser.add_argument("--mirror", type=Path, metavar="DIR", help="build a mirror in DIR")
+    args = parser.parse_args()
+    if args.mirror is None:
+        return fetch_missing()
+    print(f"SERVESIM_DATA_URL={build_mirror(args.mirror).resolve().as_uri()}")
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(fetch_missing())
+    sys.exit(main())

@@ -8,7 +8,6 @@ import functools
 import hashlib
 import os
 import re
-import shutil
 import socket
 import threading
 from collections.abc import Iterator
@@ -32,7 +31,7 @@ from simulator.workload.datasets import (
     select,
 )
 from simulator.workload.traces import read_trace
-from tests.fetch_data import fetch_missing, missing
+from tests.fetch_data import build_mirror, fetch_missing, missing
 from tests.paths import DATA, MISSING, ROOT, DataFolder
 
 TRACES = ["azure-conv", "azure-code", "mooncake-conv"]
@@ -51,12 +50,7 @@ def sha256(path: Path) -> str:
 
 def make_mirror(root: Path, names: list[str]) -> Path:
     """A ``<root>/<repo>/<commit>/<path>`` tree holding the named files."""
-    for name in names:
-        entry = DATASETS[name]
-        target = root / entry.repo / entry.commit / entry.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shared_copy(name), target)
-    return root
+    return build_mirror(root, [DATASETS[n] for n in names])
 
 
 def mirrored(root: Path, entry: DataFile) -> Path:
