@@ -10,7 +10,9 @@ from simulator.cli.common import Subparsers
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the ``presets`` command."""
     return subparsers.add_parser(
-        "presets", help="list model/hardware presets", description=run.__doc__
+        "presets",
+        help="list model, hardware and fitted cost-model presets",
+        description=run.__doc__,
     )
 
 
