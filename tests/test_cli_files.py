@@ -328,9 +328,13 @@ def test_a_measurement_csv_that_is_not_utf8_names_the_line(
         (
             ["workload.trace.format=mooncake"],
             '{"timestamp": 0, "input_length": 5, "output_length": 5}\n',
-        ),  # noqa: E501
+        ),
+        (
+            ["workload.trace.format=llmservingsim"],
+            '{"arrival_time_ns": 0, "input_toks": 3, "output_toks": 2}\n',
+        ),
     ],
-    ids=["azure", "csv", "mooncake"],
+    ids=["azure", "csv", "mooncake", "llmservingsim"],
 )
 def test_a_trace_that_is_not_utf8_is_one_line(
     overrides: list[str], text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -387,3 +391,11 @@ def test_the_fitted_preset_calibrate_writes_reads_back(
     assert len(pd.read_csv(pred)) == 45
     assert files_under(tmp_path) == sorted([measurements, out, pred])
     capsys.readouterr()
+
+
+def test_scheduler_cases_that_are_not_utf8_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = not_utf8(tmp_path / "cases.jsonl", '{"case": "x"}\n')
+    err = error_line(main(["check-scheduler", str(cases)]), capsys)
+    assert err.startswith(f"servesim: error: {cases}: ") and "utf-8" in err.lower()
