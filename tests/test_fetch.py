@@ -443,3 +443,19 @@ def test_only_the_top_data_folder_is_ignored_by_git() -> None:
     assert not [p for p in patterns if p.rstrip("/").endswith("data") and not p.startswith("/")]
     cases = ROOT / "tests" / "data" / "vllm_v1_scheduler" / "cases.jsonl"
     assert sha256(cases) == "1e21857a1931c443c7894a471d6886f642156803cc5fecceedfba766a8d58730"
+
+
+def test_fetch_llmservingsim_gives_the_whole_folder_of_runs_and_profiles() -> None:
+    """Every file of our llmservingsim/ folder (runs, profiles, the workload, the format
+    notes) is registered, under the same path, pinned to LLMServingSim's commit."""
+    folder = DATA / "llmservingsim"
+    assert folder.is_dir(), f"{folder} {MISSING}"
+    present = {p.relative_to(folder.parent).as_posix() for p in folder.rglob("*") if p.is_file()}
+    registered = {e.dest: e for e in DATASETS.values() if e.group == "llmservingsim"}
+    assert present == set(registered)
+    assert {e.repo for e in registered.values()} == {"casys-kaist/LLMServingSim"}
+    assert {e.license for e in registered.values()} == {"MIT"}
+    runs = {d for d in registered if d.startswith("llmservingsim/runs/")}
+    for gpu in ("RTX4090", "RTXPRO6000"):
+        for name in ("meta.json", "requests.jsonl", "timeseries.csv", "llmservingsim_summary.txt"):
+            assert f"llmservingsim/runs/{gpu}/Llama-3.1-8B/{name}" in runs
