@@ -6,6 +6,7 @@ half-written; files are replaced atomically (a new file renamed into place)."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import tempfile
@@ -20,6 +21,7 @@ import simulator.cost.calibration.calibrate as calibration
 from simulator.cli import main
 from simulator.errors import InputError
 from simulator.output_file import write_file, write_text
+from tests.paths import DATA, MISSING
 
 FIT_ARGS = ["--model", "llama-2-7b", "--hardware", "a100-80gb", "--tp", "1", "--folds", "2"]
 PRESET = "llama-2-70b_a100-80gb_tp8"
@@ -399,3 +401,97 @@ def test_scheduler_cases_that_are_not_utf8_are_one_line(
     cases = not_utf8(tmp_path / "cases.jsonl", '{"case": "x"}\n')
     err = error_line(main(["check-scheduler", str(cases)]), capsys)
     assert err.startswith(f"servesim: error: {cases}: ") and "utf-8" in err.lower()
+
+
+# ---- compare: its outputs checked before any work, the run folder it reads back
+
+
+def measured_csv(run: Path, path: Path) -> Path:
+    """A run's own requests in compare's CSV format (a measurement it matches exactly)."""
+    req = pd.read_parquet(run / "requests.parquet")
+    frame = pd.DataFrame(
+        {"request_id": req["request_id"], "ttft_s": req["ttft_s"], "tpot_s": req["tpot_s"]}
+    )
+    frame["e2e_s"] = req["e2e_s"]
+    frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture
+def no_compare(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records any reading of the measurement: a bad output must be refused before it."""
+    import simulator.validation.measured as measured
+
+    calls: list[str] = []
+
+    def read(*args: object, **kwargs: object) -> None:
+        calls.append("read")
+        raise AssertionError("compare read its input before checking its outputs")
+
+    monkeypatch.setattr(measured, "read_measured", read)
+    return calls
+
+
+def test_compare_outputs_that_cannot_be_written_are_refused_before_any_work(
+    run_folder: Path, tmp_path: Path, no_compare: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = copy_of(run_folder, tmp_path)
+    measured = measured_csv(folder, tmp_path / "m.csv")
+    (tmp_path / "a-folder").mkdir()
+    (tmp_path / "a-file").write_text("x\n")
+    for flag, target, reason in (
+        ("--json", tmp_path / "a-folder", "is a folder; give a file name"),
+        ("--plot", tmp_path / "a-folder", "is a folder; give a file name"),
+        ("--json", tmp_path / "a-file" / "x.json", "does not exist"),
+    ):
+        err = error_line(main(["compare", str(folder), str(measured), flag, str(target)]), capsys)
+        assert err.startswith(f"servesim: error: {flag} {target}: ") and reason in err
+    (folder / "compare.png").mkdir()  # where the figure goes by default
+    err = error_line(main(["compare", str(folder), str(measured)]), capsys)
+    assert err == f"servesim: error: {folder / 'compare.png'}: is a folder; give a file name"
+    assert no_compare == []
+
+
+def test_compare_writes_its_json_atomically(
+    run_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = copy_of(run_folder, tmp_path)
+    measured = measured_csv(folder, tmp_path / "m.csv")
+    out = tmp_path / "out" / "cmp.json"
+    out.parent.mkdir()
+    out.write_text("{}\n")
+    before = out.stat().st_ino
+    assert main(["compare", str(folder), str(measured), "--json", str(out), "--no-plot"]) == 0
+    assert out.stat().st_ino != before and "metrics" in json.loads(out.read_text())
+    assert files_under(out.parent) == [out]
+    capsys.readouterr()
+
+
+def test_compare_of_a_damaged_run_folder_is_one_line(
+    run_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = copy_of(run_folder, tmp_path)
+    measured = measured_csv(folder, tmp_path / "m.csv")
+    (folder / "summary.json").write_bytes(b'{"num_requests": 4')
+    err = error_line(main(["compare", str(folder), str(measured), "--no-plot"]), capsys)
+    assert err.startswith(f"servesim: error: {folder / 'summary.json'}: not a summary.json")
+    shutil.copyfile(run_folder / "summary.json", folder / "summary.json")
+    truncate(folder / "requests.parquet")
+    err = error_line(main(["compare", str(folder), str(measured), "--no-plot"]), capsys)
+    assert err.startswith(f"servesim: error: {folder / 'requests.parquet'}: not a readable")
+
+
+def test_a_profile_bundle_whose_meta_yaml_is_not_utf8_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle = DATA / "llmservingsim" / "profiles" / "RTX4090" / "Llama-3.1-8B"
+    assert bundle.is_dir(), f"{bundle} {MISSING}"
+    copy = Path(shutil.copytree(bundle, tmp_path / "bundle"))
+    meta = copy / "meta.yaml"
+    meta.write_bytes(meta.read_bytes() + "# caf\xe9\n".encode("latin-1"))
+    lines = meta.read_bytes().count(b"\n")
+    args = ["validate", "scenarios/real-rtx4090-llama31-8b.yaml"]
+    trace = DATA / "llmservingsim" / "runs" / "RTX4090" / "Llama-3.1-8B" / "requests.jsonl"
+    sets = [f"cost_model.profile={copy}", f"workload.trace.path={trace}"]
+    err = error_line(main([*args, *itertools.chain(*(["--set", s] for s in sets))]), capsys)
+    assert f"{meta}:{lines}: not UTF-8 text (byte 0xe9)" in err
