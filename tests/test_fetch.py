@@ -459,3 +459,13 @@ def test_fetch_llmservingsim_gives_the_whole_folder_of_runs_and_profiles() -> No
     for gpu in ("RTX4090", "RTXPRO6000"):
         for name in ("meta.json", "requests.jsonl", "timeseries.csv", "llmservingsim_summary.txt"):
             assert f"llmservingsim/runs/{gpu}/Llama-3.1-8B/{name}" in runs
+
+
+def test_a_dest_under_a_file_is_one_line_naming_it(mirror: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    with pytest.raises(InputError) as err:
+        fetch(["azure-code"], blocker / "data", mirror.as_uri(), progress=False)
+    assert str(err.value) == (
+        f"azure-code: cannot write into {blocker / 'data'}: {blocker} is not a folder"
+    )

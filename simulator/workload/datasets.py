@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from simulator.errors import InputError, reason_of
+from simulator.output_file import nearest_existing
 from simulator.workload import llmservingsim_files as lss
 
 __all__ = [
@@ -313,9 +314,9 @@ def _download(entry: DataFile, url: str, dest: Path, progress: bool, timeout: fl
         # same directory as dest, so os.replace is an atomic rename, not a copy
         fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     except OSError as err:
-        raise InputError(
-            f"{entry.name}: cannot write into {dest.parent}: {reason_of(err)}"
-        ) from err
+        anchor = nearest_existing(dest.parent)
+        why = reason_of(err) if anchor.is_dir() else f"{anchor} is not a folder"
+        raise InputError(f"{entry.name}: cannot write into {dest.parent}: {why}") from err
     tmp = Path(name)
     try:
         with os.fdopen(fd, "wb") as handle:
