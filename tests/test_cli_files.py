@@ -495,3 +495,28 @@ def test_a_profile_bundle_whose_meta_yaml_is_not_utf8_is_one_line(
     sets = [f"cost_model.profile={copy}", f"workload.trace.path={trace}"]
     err = error_line(main([*args, *itertools.chain(*(["--set", s] for s in sets))]), capsys)
     assert f"{meta}:{lines}: not UTF-8 text (byte 0xe9)" in err
+
+
+@pytest.mark.parametrize(
+    ("files", "damaged", "reason"),
+    [
+        ({"capacity.json": b'{"capacity": 3.5, "pro'}, "capacity.json", "not a capacity.json"),
+        ({"capacity.json": b'{"capacity": 3.5}'}, "capacity.json", "(no 'slo')"),
+        ({"capacity.json": b"[1, 2]"}, "capacity.json", "(not an object)"),
+        ({"search.parquet": b"", "search.json": b'{"keys": ['}, "search.json", "not a search"),
+        ({"search.parquet": b"PAR1", "search.json": b'{"keys": ["a"]}'}, "search.parquet", "not a"),
+    ],
+    ids=["capacity-truncated", "capacity-no-keys", "capacity-list", "search-json", "search-table"],
+)
+def test_plot_of_a_damaged_capacity_or_search_folder_is_one_line(
+    files: dict[str, bytes],
+    damaged: str,
+    reason: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    err = error_line(main(["plot", str(tmp_path)]), capsys)
+    assert err.startswith(f"servesim: error: {tmp_path / damaged}: ") and reason in err
+    assert not (tmp_path / "plots").exists() or files_under(tmp_path / "plots") == []

@@ -77,7 +77,7 @@ def _redraw_search(folder: Path, fmt: str) -> bool:
         from simulator.plots.capacity import save_capacity_plot
 
         check_output_folder(folder / "plots")
-        found = read_json(folder / CAPACITY_FILE)
+        found = read_json(folder / CAPACITY_FILE, ["slo", "probes", "unit", "capacity"])
         save_capacity_plot(found, folder / "plots", fmt=fmt)
         return True
     if (folder / SEARCH_FILE).exists():
