@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo data test lint venv clean golden
+.PHONY: demo data test-data test lint venv clean golden
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -27,7 +27,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check simulator tests benchmarks
 	$(BIN)/mypy simulator
 
-test: lint
+# The data files the tests read: those in neither ../shared/data nor data/ are downloaded into
+# data/ (from $$SERVESIM_DATA_URL if set); silent and offline when none is missing
+test-data: $(STAMP)
+	$(BIN)/python -m tests.fetch_data
+
+test: lint test-data
 	$(BIN)/python -m pytest -n 2 -q tests
 
 # The scenario tests' golden figures, written anew after an intended change of behaviour

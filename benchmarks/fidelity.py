@@ -1,6 +1,7 @@
 """Regenerate the shipped fitted presets, the tables of ``docs/fidelity.md`` and its plots.
 
-Run by hand from the repo root (needs ``../shared/data``)::
+Run by hand from the repo root (reads ``../shared/data``, else ``data/`` after
+``servesim fetch profiles``)::
 
     .venv/bin/python benchmarks/fidelity.py
 
@@ -38,8 +39,8 @@ from simulator.cost.fitted import FittedCostModel, FittedPreset  # noqa: E402
 from simulator.cost.presets import load_hardware, load_model  # noqa: E402
 from simulator.cost.roofline import RooflineCostConfig, RooflineCostModel  # noqa: E402
 from simulator.scheduling.spec import Sequence, SpecScheduler  # noqa: E402
+from tests.paths import DATA, MISSING  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data"
 FITTED = ROOT / "configs" / "fitted"
 DOC = ROOT / "docs" / "fidelity.md"
 IMG = ROOT / "docs" / "img"
@@ -465,8 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true", help="print tables only")
     args = parser.parse_args(argv)
-    if not DATA.is_dir():
-        raise SystemExit(f"data directory {DATA} not found")
+    if not (DATA / SPLITWISE_SOURCE["file"]).is_file():
+        raise SystemExit(f"{DATA / SPLITWISE_SOURCE['file']} {MISSING}")
     t0 = time.monotonic()
     sw = splitwise_groups()
     vd = vidur_groups()

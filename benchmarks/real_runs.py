@@ -1,6 +1,7 @@
 """Replay LLMServingSim's two real vLLM runs (scenarios/real-*.yaml) against their
 measurements, time each whole replay, and write the end-to-end table at the top of
-docs/fidelity.md (between its END-TO-END markers) from ../shared/data.
+docs/fidelity.md (between its END-TO-END markers) from ../shared/data/llmservingsim, else
+data/llmservingsim (after ``servesim fetch llmservingsim``).
 
     .venv/bin/python benchmarks/real_runs.py            # table + timings
     .venv/bin/python benchmarks/real_runs.py --check    # exit 1 if docs/fidelity.md is stale
@@ -24,8 +25,8 @@ from simulator.validation.real_runs import (  # noqa: E402
     end_to_end_table,
     replace_between_markers,
 )
+from tests.paths import DATA  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data"
 DOC = ROOT / "docs" / "fidelity.md"
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from simulator.cluster.config import ClusterConfig
 from simulator.cost import CostModelConfig
 from simulator.engine.serving import ServingConfig
 from simulator.errors import InputError
@@ -54,6 +55,9 @@ class ScenarioConfig(BaseModel):
     """Latency targets for goodput (optional)."""
     metrics: MetricsConfig = MetricsConfig()
     """What the summary reports."""
+    cluster: ClusterConfig | None = None
+    """Several replicas behind a router, or prefill/decode disaggregation (optional; without
+    it, one server with ``scheduler`` and ``cost_model``)."""
 
     @model_validator(mode="after")
     def _delays_open_loop_only(self) -> ScenarioConfig:

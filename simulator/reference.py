@@ -19,7 +19,7 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
         return _models_in(typing.get_args(annotation)[0])
-    if origin in (Union, types.UnionType):
+    if origin in (Union, types.UnionType, list):
         return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
@@ -67,10 +67,14 @@ def _discriminator_value(model: type[BaseModel]) -> str | None:
 def render(root: type[BaseModel], prefix: str = "") -> str:
     """Markdown tables for ``root`` and every config model under it, depth first."""
     out: list[str] = []
+    # A model is shown where it first appears and again only beside it (prompt_len and
+    # output_len); elsewhere (a cluster group's scheduler) its first table says it all.
+    first_parent: dict[type[BaseModel], str] = {}
     seen: set[tuple[str, type[BaseModel]]] = set()
 
     def walk(model: type[BaseModel], path: str) -> None:
-        if (path, model) in seen:
+        parent = path.rpartition(".")[0]
+        if first_parent.setdefault(model, parent) != parent or (path, model) in seen:
             return
         seen.add((path, model))
         tag = _discriminator_value(model)

@@ -13,14 +13,21 @@ from typing import Any
 import numpy as np
 
 from simulator.config import ScenarioConfig, load_scenario, validate
-from simulator.cost import CostModel, ProfiledCostConfig, RooflineCostConfig, build_cost_model
+from simulator.cost import (
+    CostModel,
+    CostModelConfig,
+    ProfiledCostConfig,
+    RooflineCostConfig,
+    build_cost_model,
+)
 from simulator.cost.fitted import FittedCostConfig, load_preset
 from simulator.engine.result import SimulationResult
 from simulator.engine.serving import StepWithCpu
 from simulator.engine.simulation import Simulation
 from simulator.engine.step_sink import make_sink
+from simulator.engine.watch import StopRule
 from simulator.errors import InputError, in_field, warn
-from simulator.scheduling import make_scheduler
+from simulator.scheduling import SchedulerConfig, make_scheduler
 from simulator.version import __version__
 from simulator.workload import Workload, generate
 
@@ -28,25 +35,29 @@ from simulator.workload import Workload, generate
 def resolve_num_blocks(cfg: ScenarioConfig) -> int:
     """``scheduler.num_blocks``, or derived from GPU memory as vLLM sizes its cache (roofline,
     fitted and profiled cost models name the model and GPUs)."""
-    if cfg.scheduler.num_blocks is not None:
-        return cfg.scheduler.num_blocks
+    return num_blocks_for(cfg.scheduler, cfg.cost_model)
+
+
+def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = "") -> int:
+    """``sched.num_blocks``, or derived from the GPU memory of the cost model's presets;
+    ``prefix`` goes before the keys named in errors (a cluster's replica group)."""
+    if sched.num_blocks is not None:
+        return sched.num_blocks
     from simulator.cost.presets import derive_num_blocks, load_hardware, load_model
 
-    cm = cfg.cost_model
     if isinstance(cm, RooflineCostConfig | ProfiledCostConfig):
         model, hardware, tp = cm.model, cm.hardware, cm.tp
-        where = "cost_model."  # the scenario names the presets
+        where = f"{prefix}cost_model."  # the scenario names the presets
     elif isinstance(cm, FittedCostConfig):
         # a fitted preset names the model and GPUs it was fitted on
-        preset = in_field("cost_model.path", load_preset, cm.path)
+        preset = in_field(f"{prefix}cost_model.path", load_preset, cm.path)
         model, hardware, tp = preset.model, preset.hardware, preset.tp
-        where = f"cost_model.path: {cm.path}: "
+        where = f"{prefix}cost_model.path: {cm.path}: "
     else:
         raise InputError(
-            "scheduler.num_blocks: required with a linear cost model (roofline, fitted and "
-            "profiled models derive it from GPU memory)"
+            f"{prefix}scheduler.num_blocks: required with a linear cost model (roofline, fitted "
+            "and profiled models derive it from GPU memory)"
         )
-    sched = cfg.scheduler
     return derive_num_blocks(
         in_field(f"{where}model", load_model, model),
         in_field(f"{where}hardware", load_hardware, hardware),
@@ -67,6 +78,10 @@ def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioC
         cfg = validate(scenario, "scenario")
     else:
         cfg = load_scenario(scenario)
+    if cfg.cluster is not None:
+        from simulator.cluster.resolve import resolve_cluster
+
+        cfg = cfg.model_copy(update={"cluster": resolve_cluster(cfg, num_blocks_for)})
     if cfg.scheduler.num_blocks is None:
         blocks = resolve_num_blocks(cfg)
         cfg = cfg.model_copy(
@@ -92,6 +107,7 @@ def run(
     fast_decode: bool = True,
     steps: str = "full",
     steps_path: Path | None = None,
+    stop: StopRule | None = None,
 ) -> SimulationResult:
     """Simulate a scenario and return its requests, steps and summary.
 
@@ -100,7 +116,8 @@ def run(
     slower; for checking). ``steps``: ``full`` records every step, ``sampled`` one in 100 plus
     every step that preempted, ``none`` no step row (the summary counts every step either way).
     ``steps_path``: stream the step table to this parquet file as the run goes, a chunk at a
-    time, instead of keeping it in memory (``result.steps`` is then None).
+    time, instead of keeping it in memory (``result.steps`` is then None). ``stop``: a rule
+    that may end the run early by raising ``StoppedEarly`` (not asked in a closed loop).
     """
     cfg = resolve(scenario)
     check_workload_fits(cfg)
@@ -109,6 +126,11 @@ def run(
     slo = cfg.slo.model_dump() if cfg.slo is not None else None
     started = time.perf_counter()
     with _progress_bar(len(workload), cfg.name, progress) as tick:
+        if cfg.cluster is not None:
+            from simulator.cluster.resolve import build_cluster
+
+            cluster = build_cluster(cfg, workload, slo, tick, fast_decode, steps)
+            return _finish(cluster.run(), cfg, workload, started)
         sim = Simulation(
             workload,
             cost_model,
@@ -120,8 +142,16 @@ def run(
             percentiles=cfg.metrics.percentiles,
             step_sink=make_sink(steps, steps_path),
             serving=cfg.serving,
+            stop=stop,
         )
         result = sim.run()
+    return _finish(result, cfg, workload, started)
+
+
+def _finish(
+    result: SimulationResult, cfg: ScenarioConfig, workload: Workload, started: float
+) -> SimulationResult:
+    """Warn about rejections and fixed trace rows; attach the scenario and run metadata."""
     warn_rejections(result)
     for note in workload.notes:  # what a trace reader fixed, said once
         warn(f"workload: {note}")

@@ -11,16 +11,10 @@ from typing import Any
 import yaml
 
 from simulator.cli import main
-from tests.paths import DATA, ROOT
+from tests.paths import DATA, FETCHED_DATA, MISSING, ROOT, SHARED_DATA
 
 GOLDEN = Path(__file__).with_name("golden")
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
-# The public originals' file names (as the scenarios' comments say to save them) -> our copies.
-TRACE_COPIES = {
-    "AzureLLMInferenceTrace_conv.csv": "azure2023_conv.csv",
-    "AzureLLMInferenceTrace_code.csv": "azure2023_code.csv",
-    "mooncake_conversation_trace.jsonl": "mooncake_fast25_conversation_trace.jsonl",
-}
 GOLDEN_KEYS = [
     "num_requests",
     "num_finished",
@@ -41,26 +35,26 @@ LLMSERVINGSIM = "data/llmservingsim/"
 holds the same files in the same layout."""
 
 
+def _here(data_path: str) -> Path:
+    """A scenario's ``data/NAME``, wherever the tests find NAME (../shared/data or data/)."""
+    copy = DATA / Path(data_path).relative_to("data").as_posix()
+    assert copy.exists(), f"{copy} {MISSING}"
+    return copy
+
+
 def shortened(path: Path) -> list[str]:
     """``--set`` overrides that keep a scenario's shape but cut it to a few hundred requests."""
     data = yaml.safe_load(path.read_text())
     trace = data["workload"].get("trace")
     if trace is None:
         return ["--set", "workload.num_requests=300"]
-    if trace["path"].startswith(LLMSERVINGSIM):  # a real run (300 requests) and its profile
-        here = DATA / "llmservingsim"
-        profile = data["cost_model"]["profile"].removeprefix(LLMSERVINGSIM)
-        return [
-            "--set",
-            f"workload.trace.path={here / trace['path'].removeprefix(LLMSERVINGSIM)}",
-            "--set",
-            f"cost_model.profile={here / profile}",
-        ]
-    name = Path(trace["path"]).name
-    assert name in TRACE_COPIES, f"{path.name}: add its trace {name} to TRACE_COPIES"
-    copy = DATA / TRACE_COPIES[name]
-    assert copy.exists(), f"{copy} is missing: ../shared/data must sit beside the checkout"
-    return ["--set", f"workload.trace.path={copy}", "--set", "workload.trace.max_requests=400"]
+    sets = [f"workload.trace.path={_here(trace['path'])}"]
+    profile = data.get("cost_model", {}).get("profile")
+    if profile is not None:  # a real run's operator profile
+        sets.append(f"cost_model.profile={_here(profile)}")
+    if not trace["path"].startswith(LLMSERVINGSIM):  # a real run is 300 requests: kept whole
+        sets.append("workload.trace.max_requests=400")
+    return [arg for item in sets for arg in ("--set", item)]
 
 
 def command(path: Path) -> list[str]:
@@ -69,8 +63,12 @@ def command(path: Path) -> list[str]:
 
 
 def printable(args: list[str]) -> str:
-    """The command as a user would type it (data paths relative to the repository)."""
-    return "servesim " + " ".join(a.replace(str(DATA.parent.parent), "..") for a in args)
+    """The command as a user would type it in the repository, after ``servesim fetch``: a
+    data file is ``data/NAME`` wherever the tests found it."""
+    text = " ".join(args)
+    for place in (SHARED_DATA, FETCHED_DATA):
+        text = text.replace(f"{place}/", "data/")
+    return f"servesim {text}"
 
 
 def figures(path: Path, out: Path) -> dict[str, Any]:

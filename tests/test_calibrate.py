@@ -33,22 +33,22 @@ from simulator.cost.fitted import (
 )
 from simulator.cost.presets import load_hardware, load_model
 from simulator.errors import InputError
-from tests.paths import DATA
+from tests.paths import DATA, MISSING, DataFolder
 
 SPLITWISE = DATA / "splitwise_perf_model.csv"
 VIDUR_A100_L2 = DATA / "vidur_a100_llama2-7b_mlp.csv"
 
 
 @pytest.fixture(scope="module")
-def data_dir() -> Path:
-    """The shared real data: its absence is a failure, never a skip."""
-    assert SPLITWISE.is_file(), f"missing {SPLITWISE} (../shared/data beside the repo)"
-    assert VIDUR_A100_L2.is_file(), f"missing {VIDUR_A100_L2}"
+def data_dir() -> DataFolder:
+    """The real data: its absence is a failure, never a skip."""
+    assert SPLITWISE.is_file(), f"{SPLITWISE} {MISSING}"
+    assert VIDUR_A100_L2.is_file(), f"{VIDUR_A100_L2} {MISSING}"
     return DATA
 
 
 @pytest.fixture(scope="module")
-def splitwise_rows(data_dir: Path) -> pd.DataFrame:
+def splitwise_rows(data_dir: DataFolder) -> pd.DataFrame:
     """The whole Splitwise file converted once for the module."""
     return convert_splitwise(data_dir / "splitwise_perf_model.csv")
 
@@ -286,7 +286,7 @@ def test_fitted_beats_uncalibrated_roofline_on_splitwise(splitwise_rows: pd.Data
     assert np.median(heldout_ape) < 0.5 * np.median(roof_ape)
 
 
-def test_convert_splitwise_real_file(splitwise_rows: pd.DataFrame, data_dir: Path) -> None:
+def test_convert_splitwise_real_file(splitwise_rows: pd.DataFrame, data_dir: DataFolder) -> None:
     raw = pd.read_csv(data_dir / "splitwise_perf_model.csv")
     assert splitwise_rows.group.nunique() == 12
     counts = splitwise_rows.groupby(["group", "kind"]).size()
@@ -311,7 +311,7 @@ def test_convert_splitwise_real_file(splitwise_rows: pd.DataFrame, data_dir: Pat
     assert set(splitwise_rows.hardware) == {"a100-80gb", "h100-sxm"}
 
 
-def test_convert_vidur_real_file(data_dir: Path) -> None:
+def test_convert_vidur_real_file(data_dir: DataFolder) -> None:
     rows = convert_vidur_mlp(data_dir / "vidur_a100_llama2-7b_mlp.csv", "llama-2-7b", "a100-80gb")
     raw = pd.read_csv(data_dir / "vidur_a100_llama2-7b_mlp.csv")
     assert rows.group.nunique() == 4

@@ -22,7 +22,7 @@ from simulator.cost import (
 from simulator.cost.batch import Batch, StepSums
 from simulator.cost.fitted import FittedCostConfig
 from simulator.errors import InputError
-from tests.paths import DATA
+from tests.paths import DATA, MISSING
 
 CONFIG = TypeAdapter(CostModelConfig)
 
@@ -215,7 +215,7 @@ def test_peak_roofline_is_a_lower_bound_of_splitwise_measurements() -> None:
     every measured prefill/decode time must be at least that; only a physically impossible
     block of the data (TP=2, batch 64) may fall below it."""
     path = DATA / "splitwise_perf_model.csv"
-    assert path.is_file(), f"missing shared data file {path}"
+    assert path.is_file(), f"{path} {MISSING}"
     df = pd.read_csv(path)
     models = {"llama2-70b": "llama-2-70b", "bloom-176b": "bloom-176b"}
     gpus = {"a100-80gb": "a100-80gb", "h100-80gb": "h100-sxm", "h100-80gb-pcap": "h100-sxm"}

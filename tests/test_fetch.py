@@ -3,10 +3,11 @@ real HTTP server), failures that leave nothing half-written, and the command lin
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import os
-import shutil
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -29,30 +30,17 @@ from simulator.workload.datasets import (
     groups,
     select,
 )
-from simulator.workload.llmservingsim_files import FILES as LLMSERVINGSIM_FILES
 from simulator.workload.traces import read_trace
-from tests.paths import DATA, ROOT
+from tests.fetch_data import build_mirror, fetch_missing, missing
+from tests.paths import DATA, MISSING, ROOT, DataFolder
 
-# registry name -> our byte-exact copy of the original in ../shared/data
-COPIES = {
-    "azure-conv": "azure2023_conv.csv",
-    "azure-code": "azure2023_code.csv",
-    "mooncake-conv": "mooncake_fast25_conversation_trace.jsonl",
-    "sharegpt-lengths": "sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
-    "splitwise-perf": "splitwise_perf_model.csv",
-    "vidur-a100-llama2-7b-mlp": "vidur_a100_llama2-7b_mlp.csv",
-    "vidur-h100-llama2-7b-mlp": "vidur_h100_llama2-7b_mlp.csv",
-    "vidur-a100-llama3-8b-mlp": "vidur_a100_llama3-8b_mlp.csv",
-    # LLMServingSim's validation runs keep their layout under llmservingsim/
-    **{f"llmservingsim:{dest}": f"llmservingsim/{dest}" for dest, *_ in LLMSERVINGSIM_FILES},
-}
 TRACES = ["azure-conv", "azure-code", "mooncake-conv"]
 
 
 def shared_copy(name: str) -> Path:
-    """The ../shared/data copy of a registry entry; missing data fails, never skips."""
-    path = DATA / COPIES[name]
-    assert path.is_file(), f"{path} is missing: ../shared/data must sit beside the checkout"
+    """Our copy of a registry entry (in ../shared/data, else data/), under its one name."""
+    path = DATA / DATASETS[name].dest
+    assert path.is_file(), f"{path} {MISSING}"
     return path
 
 
@@ -62,12 +50,7 @@ def sha256(path: Path) -> str:
 
 def make_mirror(root: Path, names: list[str]) -> Path:
     """A ``<root>/<repo>/<commit>/<path>`` tree holding the named files."""
-    for name in names:
-        entry = DATASETS[name]
-        target = root / entry.repo / entry.commit / entry.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shared_copy(name), target)
-    return root
+    return build_mirror(root, [DATASETS[n] for n in names])
 
 
 def mirrored(root: Path, entry: DataFile) -> Path:
@@ -81,7 +64,7 @@ def files_under(folder: Path) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_mirror(tmp_path_factory.mktemp("mirror"), list(COPIES))
+    return make_mirror(tmp_path_factory.mktemp("mirror"), list(DATASETS))
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
@@ -105,9 +88,7 @@ def http_mirror(mirror: Path) -> Iterator[str]:
         thread.join()
 
 
-def test_every_entry_matches_its_shared_copy_byte_for_byte() -> None:
-    assert DATA.is_dir(), f"shared data not found at {DATA}"
-    assert set(COPIES) == set(DATASETS)
+def test_every_entry_matches_its_copy_byte_for_byte() -> None:
     for name, entry in DATASETS.items():
         copy = shared_copy(name)
         assert entry.name == name
@@ -224,7 +205,7 @@ def test_a_corrupted_mirror_file_is_refused_and_nothing_is_left(tmp_path: Path) 
 
 def test_downloads_over_http(http_mirror: str, tmp_path: Path) -> None:
     (path,) = fetch(["splitwise-perf"], tmp_path, http_mirror, progress=False)
-    assert path == tmp_path / "profiles" / "splitwise_perf_model.csv"
+    assert path == tmp_path / "splitwise_perf_model.csv"
     assert sha256(path) == DATASETS["splitwise-perf"].sha256
 
 
@@ -242,7 +223,7 @@ def test_a_wrong_existing_file_is_replaced(
 ) -> None:
     entry = DATASETS["azure-code"]
     path = tmp_path / entry.dest
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\nnot the trace\n")
     assert file_state(entry, tmp_path) == "mismatch"
     said: list[str] = []
@@ -254,7 +235,7 @@ def test_a_wrong_existing_file_is_replaced(
 def test_a_failed_download_keeps_the_existing_file(http_mirror: str, tmp_path: Path) -> None:
     entry = DATASETS["azure-code"]
     path = tmp_path / entry.dest
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("an older local edit\n")
     with pytest.raises(InputError, match="HTTP 404"):
         fetch(["azure-code"], tmp_path, f"{http_mirror}/gone", progress=False)
@@ -294,7 +275,7 @@ def test_cli_list_shows_every_file_and_its_state(
             "MB",
             "CC-BY-4.0",
             "verified",
-            str(tmp_path / "traces" / "AzureLLMInferenceTrace_code.csv"),
+            str(tmp_path / "azure2023_code.csv"),
         ]
     ]
 
@@ -332,3 +313,159 @@ def test_cli_fetch_defaults_to_traces_and_reads_the_mirror_from_the_environment(
         DATASETS["sharegpt-lengths"].sha256
     )
     assert os.listdir(tmp_path / "d") == ["sharegpt_8k_filtered_stats_llama2_tokenizer.csv"]
+
+
+# ---- one set of names: the tests read what fetch saves, and make test fetches what is missing
+
+
+def _joined_onto_data(node: ast.AST) -> list[str] | None:
+    """``DATA / "a" / "b"`` -> ``["a", "b"]``; None for anything else."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)):
+        return None
+    if isinstance(node.left, ast.Name) and node.left.id == "DATA":
+        base: list[str] | None = []
+    else:
+        base = _joined_onto_data(node.left)
+    right = node.right
+    if base is None or not (isinstance(right, ast.Constant) and isinstance(right.value, str)):
+        return None
+    return [*base, right.value]
+
+
+def data_names_the_tests_read() -> set[str]:
+    """Every constant path a test module joins onto ``DATA`` (a file, or a folder of them)."""
+    names = set()
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            parts = _joined_onto_data(node)
+            if parts:
+                names.add("/".join(parts))
+    return names
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, str):
+        yield value
+
+
+def scenario_data_paths() -> set[str]:
+    """Every ``data/...`` path (a file, or a folder of them) a scenario in scenarios/ reads."""
+    return {
+        text
+        for path in (ROOT / "scenarios").glob("*.yaml")
+        for text in _strings(yaml.safe_load(path.read_text()))
+        if text.startswith("data/")
+    }
+
+
+def test_a_mirror_of_the_data_gives_every_file_the_tests_and_scenarios_read(
+    mirror: Path, tmp_path: Path
+) -> None:
+    """The mirror (BASE/OWNER/REPO/COMMIT/PATH, built from our copies) is what
+    ``SERVESIM_DATA_URL=file://...`` points ``make test`` at on a clone with no ../shared:
+    fetching everything from it gives each file under the name the tests and scenarios use."""
+    dest = tmp_path / "data"
+    paths = fetch(["all"], dest, mirror.as_uri(), progress=False)
+    assert files_under(dest) == sorted(paths)  # every file, nothing else, nothing temporary
+    for entry in DATASETS.values():
+        assert file_state(entry, dest) == "verified", entry.name
+    fetched = {p.relative_to(dest).as_posix() for p in paths}
+    folders = {str(Path(f).parents[i]) for f in fetched for i in range(len(Path(f).parts) - 1)}
+    read = data_names_the_tests_read()
+    assert {"splitwise_perf_model.csv", "azure2023_conv.csv"} <= read  # the scan sees them
+    unknown = sorted(n for n in read if n not in fetched and n not in folders)
+    assert unknown == [], f"tests read data files no fetch provides: {unknown}"
+    scenario_paths = scenario_data_paths()
+    assert "data/azure2023_code.csv" in scenario_paths
+    unknown = sorted(p for p in scenario_paths if p[len("data/") :] not in fetched | folders)
+    assert unknown == [], f"scenarios read data files no fetch provides: {unknown}"
+
+
+def test_the_data_folder_prefers_shared_then_fetched(tmp_path: Path) -> None:
+    shared, fetched = tmp_path / "shared", tmp_path / "fetched"
+    for folder, names in ((shared, ["both.csv", "shared.csv"]), (fetched, ["both.csv", "f.csv"])):
+        folder.mkdir()
+        for name in names:
+            (folder / name).write_text(name)
+    data = DataFolder()
+    data.places = (shared, fetched)
+    assert data / "both.csv" == shared / "both.csv"
+    assert data / "shared.csv" == shared / "shared.csv"
+    assert data / "f.csv" == fetched / "f.csv"
+    assert data / "nowhere.csv" == fetched / "nowhere.csv"  # the test then fails naming it
+
+
+def test_make_test_fetches_what_is_missing_then_is_silent_and_offline(
+    mirror: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    no_shared, fetched = tmp_path / "no-shared", tmp_path / "data"
+    assert missing(no_shared, fetched) == list(DATASETS.values())
+    assert fetch_missing(no_shared, fetched, mirror.as_uri()) == 0
+    assert missing(no_shared, fetched) == []
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"fetching {len(DATASETS)} data file(s)")
+    assert captured.out.count("downloaded and verified") == len(DATASETS)
+
+    offline = "http://127.0.0.1:9/no-network"
+    assert fetch_missing(no_shared, fetched, offline) == 0  # all verified in data/
+    # a full ../shared/data and no network: nothing fetched, nothing said, data/ not made
+    assert fetch_missing(fetched, tmp_path / "unused", offline) == 0
+    assert capsys.readouterr() == ("", "")
+    assert not (tmp_path / "unused").exists()
+
+    gone = DATASETS["azure-code"]
+    (fetched / gone.dest).unlink()
+    assert fetch_missing(fetched, tmp_path / "second", offline) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("fetching 1 data file(s)")
+    assert err[1].startswith(f"fetch_data: error: azure-code: {offline}/")
+    assert f"set {BASE_URL_ENV} to a mirror" in err[1]
+    assert files_under(tmp_path / "second") == []
+
+
+def test_make_test_runs_the_data_step_before_the_tests() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test: lint test-data$", makefile, re.M)
+    assert re.search(r"^test-data: .*\n\t\$\(BIN\)/python -m tests\.fetch_data$", makefile, re.M)
+
+
+def test_only_the_top_data_folder_is_ignored_by_git() -> None:
+    """data/ (what fetch saves) is git-ignored; tests/data (our recorded scheduler cases, read
+    by tests/test_vllm_v1.py) is part of the repository: an unanchored ``data/`` pattern kept
+    it out of every clone."""
+    patterns = [line.strip() for line in (ROOT / ".gitignore").read_text().splitlines()]
+    assert "/data/" in patterns
+    assert not [p for p in patterns if p.rstrip("/").endswith("data") and not p.startswith("/")]
+    cases = ROOT / "tests" / "data" / "vllm_v1_scheduler" / "cases.jsonl"
+    assert sha256(cases) == "1e21857a1931c443c7894a471d6886f642156803cc5fecceedfba766a8d58730"
+
+
+def test_fetch_llmservingsim_gives_the_whole_folder_of_runs_and_profiles() -> None:
+    """Every file of our llmservingsim/ folder (runs, profiles, the workload, the format
+    notes) is registered, under the same path, pinned to LLMServingSim's commit."""
+    folder = DATA / "llmservingsim"
+    assert folder.is_dir(), f"{folder} {MISSING}"
+    present = {p.relative_to(folder.parent).as_posix() for p in folder.rglob("*") if p.is_file()}
+    registered = {e.dest: e for e in DATASETS.values() if e.group == "llmservingsim"}
+    assert present == set(registered)
+    assert {e.repo for e in registered.values()} == {"casys-kaist/LLMServingSim"}
+    assert {e.license for e in registered.values()} == {"MIT"}
+    runs = {d for d in registered if d.startswith("llmservingsim/runs/")}
+    for gpu in ("RTX4090", "RTXPRO6000"):
+        for name in ("meta.json", "requests.jsonl", "timeseries.csv", "llmservingsim_summary.txt"):
+            assert f"llmservingsim/runs/{gpu}/Llama-3.1-8B/{name}" in runs
+
+
+def test_a_dest_under_a_file_is_one_line_naming_it(mirror: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    with pytest.raises(InputError) as err:
+        fetch(["azure-code"], blocker / "data", mirror.as_uri(), progress=False)
+    assert str(err.value) == (
+        f"azure-code: cannot write into {blocker / 'data'}: {blocker} is not a folder"
+    )

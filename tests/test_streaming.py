@@ -152,3 +152,34 @@ def test_percentiles_are_configurable() -> None:
         cfg["metrics"] = {"percentiles": bad}
         with pytest.raises(InputError, match=why):
             validate(cfg, "t")
+
+
+MEAN_OF_A_LONG_SERIES = """
+import numpy as np
+from simulator.metrics.distribution import Distribution
+values = np.random.default_rng(0).random(3_000_000)
+d = Distribution()
+d.add(values)
+d.add(values[:1000], np.full(1000, 3, dtype=np.int64))
+print(repr(d.mean()))
+"""
+
+
+def test_a_mean_does_not_depend_on_the_number_of_blas_threads() -> None:
+    # A Ray worker runs with OMP_NUM_THREADS=1; np.dot split its sum over BLAS threads, so
+    # the same run's itl_mean_s differed in its last bit between backends.
+    import os
+    import subprocess
+    import sys
+
+    means = {
+        threads: subprocess.run(
+            [sys.executable, "-c", MEAN_OF_A_LONG_SERIES],
+            env={**os.environ, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for threads in ("1", "4")
+    }
+    assert means["1"] == means["4"]

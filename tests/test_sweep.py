@@ -61,3 +61,46 @@ def test_sweeps_in_the_same_second_get_their_own_default_folders(
     assert folders == ["20260101-000000", "20260101-000000-2"]
     for name in folders:
         assert (tmp_path / "results" / "cli-test-sweep" / name / "sweep.parquet").is_file()
+
+
+def test_a_sweep_with_an_slo_shows_goodput_and_units(
+    scenario_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pandas as pd
+
+    from simulator.plots.sweep import plot_sweep
+
+    out = tmp_path / "sw"
+    argv = ["sweep", str(scenario_file), "--set", "slo.ttft_ms=200", "--jobs", "1"]
+    argv += ["--grid", "workload.arrival.rate=2,40", "--out", str(out), "--no-plots"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    header = next(line for line in printed.splitlines() if "status" in line)
+    for heading in ("workload.arrival.rate (req/s)", "goodput (req/s)", "within SLO (%)"):
+        assert heading in header
+    assert "ttft_p99 (ms)" in header and "throughput (req/s)" in header
+    table = pd.read_parquet(out / "sweep.parquet")
+    assert table["slo_attainment"].iloc[0] > table["slo_attainment"].iloc[1]  # 40 req/s overloads
+    fig = plot_sweep(table, ["workload.arrival.rate"])["workload.arrival.rate"]
+    titles = [ax.get_title() for ax in fig.axes]
+    assert "Goodput" in titles and "SLO attainment" in titles
+    goodput = fig.axes[titles.index("Goodput")]
+    assert goodput.get_xlabel() == "workload.arrival.rate (req/s)"
+    line = next(ln for ln in goodput.get_lines() if ln.get_label() == "goodput")
+    assert list(line.get_ydata()) == pytest.approx(list(table["goodput"]))
+    fig.canvas.draw()
+
+
+def test_a_sweep_without_an_slo_keeps_four_panels(scenario_file: Path, tmp_path: Path) -> None:
+    import pandas as pd
+
+    from simulator.plots.sweep import plot_sweep
+
+    out = tmp_path / "sw"
+    argv = ["sweep", str(scenario_file), "--jobs", "1", "--no-plots"]
+    assert main([*argv, "--grid", "scheduler.max_num_seqs=4,8", "--out", str(out)]) == 0
+    table = pd.read_parquet(out / "sweep.parquet")
+    assert "goodput" not in table
+    fig = plot_sweep(table, ["scheduler.max_num_seqs"])["scheduler.max_num_seqs"]
+    assert len(fig.axes) == 4
+    assert fig.axes[0].get_xlabel() == "scheduler.max_num_seqs (sequences)"

@@ -18,16 +18,15 @@ from simulator.workload.traces import (
     read_mooncake,
     read_trace,
 )
-from tests.paths import DATA
+from tests.paths import DATA, DataFolder
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 CSV_HEADER = "arrival_s,prompt_len,output_len\n"
 
 
 @pytest.fixture(scope="module")
-def data_dir() -> Path:
-    """The shared read-only data directory; missing data is a failure, not a skip."""
-    assert DATA.is_dir(), f"shared data not found at {DATA}"
+def data_dir() -> DataFolder:
+    """The real data files (a missing one fails its reader's test, never skips it)."""
     return DATA
 
 
@@ -420,7 +419,7 @@ REAL = [
 
 @pytest.mark.parametrize(("name", "fmt", "rows", "prompt_median", "output_median"), REAL)
 def test_real_azure_traces(
-    data_dir: Path, name: str, fmt: str, rows: int, prompt_median: int, output_median: int
+    data_dir: DataFolder, name: str, fmt: str, rows: int, prompt_median: int, output_median: int
 ) -> None:
     w = read_trace(data_dir / name, fmt)  # type: ignore[arg-type]
     assert len(w) == rows
@@ -431,7 +430,7 @@ def test_real_azure_traces(
     assert np.median(w.output_len) == output_median
 
 
-def test_real_mooncake_trace(data_dir: Path) -> None:
+def test_real_mooncake_trace(data_dir: DataFolder) -> None:
     w = read_trace(data_dir / "mooncake_fast25_conversation_trace.jsonl", "mooncake")
     assert len(w) == 12031
     assert w.arrival_s[0] == 0.0 and (np.diff(w.arrival_s) >= 0).all()
@@ -440,7 +439,7 @@ def test_real_mooncake_trace(data_dir: Path) -> None:
     assert w.output_len.mean() == pytest.approx(343, rel=0.01)
 
 
-def test_real_sharegpt_length_columns(data_dir: Path) -> None:
+def test_real_sharegpt_length_columns(data_dir: DataFolder) -> None:
     path = data_dir / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
     prefill, zeros = read_length_column(path, "num_prefill_tokens")
     decode, _ = read_length_column(path, "num_decode_tokens")

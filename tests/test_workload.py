@@ -13,7 +13,7 @@ from scipy import stats
 from simulator.errors import InputError
 from simulator.workload import Workload, WorkloadConfig, arrival_times, generate, sample_lengths
 from simulator.workload.config import ArrivalConfig, LengthConfig
-from tests.paths import DATA
+from tests.paths import DATA, MISSING
 
 SHAREGPT = DATA / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
 N = 20_000
@@ -124,7 +124,7 @@ def test_lognormal_never_below_min_or_above_max_even_when_huge() -> None:
 
 
 def test_empirical_resamples_the_sharegpt_column() -> None:
-    assert SHAREGPT.is_file(), f"shared data not found at {SHAREGPT}"
+    assert SHAREGPT.is_file(), f"{SHAREGPT} {MISSING}"
     column = np.loadtxt(SHAREGPT, delimiter=",", skiprows=1, usecols=0)
     x = lengths({"dist": "empirical", "path": str(SHAREGPT), "column": "num_prefill_tokens"})
     assert np.isin(x, column).all()
@@ -243,7 +243,7 @@ def test_empty_window_is_an_input_error(small_trace: Path) -> None:
 
 def test_real_azure_trace_through_generate() -> None:
     path = DATA / "azure2023_conv.csv"
-    assert path.is_file(), f"shared data not found at {path}"
+    assert path.is_file(), f"{path} {MISSING}"
     w = from_trace(path, "azure", max_requests=1000, start_s=600)
     wide = from_trace(path, "azure")
     assert len(w) == 1000 and w.arrival_s[0] == 0.0
@@ -275,7 +275,7 @@ def test_synthetic_missing_keys_are_named() -> None:
 
 def test_wrong_format_hints_at_the_right_one() -> None:
     path = DATA / "azure2023_code.csv"
-    assert path.is_file(), f"shared data not found at {path}"
+    assert path.is_file(), f"{path} {MISSING}"
     with pytest.raises(InputError, match=r"missing column 'arrival_s'.*format 'azure'"):
         from_trace(path, "csv")
 

@@ -1,4 +1,4 @@
-"""``servesim calibrate``: fit a fitted cost-model preset to measured step times."""
+"""``servesim calibrate``: fit a cost model (a `fitted` preset) to measured step times."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the ``calibrate`` command."""
     p = subparsers.add_parser(
         "calibrate",
-        help="fit a fitted cost-model preset to measured step times",
+        help="fit a cost model (a `fitted` preset) to measured step times",
         description=run.__doc__,
     )
     p.add_argument("measurements", help="measurement CSV (num_seqs,new_tokens,context_len,step_ms)")
@@ -35,7 +35,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("--name", help="preset name (default: MODEL_HARDWARE_tpN)")
     p.add_argument(
         "--features",
-        help=f"comma list of features to fit (default all: {','.join(FEATURES)})",
+        help=f"comma-separated features to fit (default: all of {', '.join(FEATURES)})",
     )
     p.add_argument(
         "--source",
@@ -47,7 +47,14 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Fit a fitted cost-model preset to a measurement CSV; print k-fold held-out error."""
+    """Fit a cost model (a `fitted` preset YAML) to a measurement CSV; print its k-fold
+    held-out error."""
+    from simulator.output_file import check_output_file
+
+    # first: the fit (and even importing what it needs) takes a while, and its result must
+    # have somewhere to go
+    out = check_output_file(args.out)
+
     import numpy as np
 
     from simulator.cost.calibration.calibrate import calibrate, write_preset
@@ -78,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             source=source,
             progress=tick,
         )
-    write_preset(preset, args.out)
+    write_preset(preset, out)
     print(f"{len(rows)} distinct points, {args.folds}-fold held-out error of the fit:")
     print(format_error_table("all points", preset.heldout["all_points"]))
     if preset.heldout["inconsistent"]:

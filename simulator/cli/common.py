@@ -10,7 +10,8 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,31 @@ def add_format_arg(p: argparse.ArgumentParser) -> None:
     """``--format`` of the plots a command draws."""
     # plots.style.FORMATS, spelt out: importing matplotlib would slow every command's start
     p.add_argument("--format", choices=["png", "svg"], default="png", help="plot file format")
+
+
+def add_backend_args(p: argparse.ArgumentParser) -> None:
+    """``--backend``, ``--address`` and ``--jobs``: where a command's simulations run."""
+    # explore.backends.BACKENDS, spelt out: the explore package is not imported at start-up
+    p.add_argument(
+        "--backend",
+        choices=["local", "ray"],
+        default="local",
+        help="where simulations run: local processes (default) or Ray tasks "
+        "(pip install 'servesim[ray]'); results are the same",
+    )
+    p.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="with --backend ray: join the Ray cluster at ADDR (e.g. auto, or HOST:PORT); "
+        "default: start a local Ray instance",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        help="simulations at once: local processes, or the CPUs of a local Ray instance "
+        "(default: all cores; 1: in this process)",
+    )
 
 
 def add_steps_arg(p: argparse.ArgumentParser) -> None:
@@ -93,6 +119,47 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"goodput    {num('goodput', '.2f')} req/s "
             f"({num('slo_attainment', '.1f', 100)}% of requests meet the SLO)"
         )
+    return "\n".join(lines)
+
+
+@contextmanager
+def results_folder(out: str | None, overwrite: bool, name: str) -> Iterator[tuple[Path, Path]]:
+    """``(out, tmp)``: the results folder (``--out``, or ``results/<name>/<timestamp>``
+    reserved under a name no other command has) and the temporary folder to write into,
+    renamed to ``out`` when the body succeeds; on failure neither is left."""
+    from simulator.results.outdir import atomic_dir, default_out_dir, reserve_out_dir
+
+    given = bool(out)
+    path = Path(out) if out else reserve_out_dir(default_out_dir(name))
+    try:
+        with atomic_dir(path, overwrite, given=given) as tmp:
+            yield path, tmp
+    except BaseException:
+        if not given:
+            with suppress(OSError):
+                path.rmdir()  # only if still empty
+        raise
+
+
+def format_replicas(summary: dict[str, Any], table: Any) -> str:
+    """A cluster's per-replica lines (the first 16) under its load figures."""
+    imbalance = [f"{k} {v:.2f}" for k, v in summary.items() if k.endswith("load_imbalance")]
+    lines = [
+        f"replicas   {summary['num_replicas']}, busy {summary['utilization_mean'] * 100:.1f}% "
+        f"mean, {summary['utilization_max'] * 100:.1f}% max; "
+        + ", ".join(imbalance)
+        + " (max/mean tokens computed)",
+        f"{'replica':>8} {'role':<10}{'requests':>9}{'busy %':>8}{'req/s':>8}{'KV %':>7}"
+        f"{'TTFT ms':>9}",
+    ]
+    for row in table.head(16).itertuples(index=False):
+        ttft = "-" if row.ttft_mean_s != row.ttft_mean_s else f"{row.ttft_mean_s * 1e3:.1f}"
+        lines.append(
+            f"{row.replica:>8} {row.role:<10}{row.num_requests:>9}{row.utilization * 100:>8.1f}"
+            f"{row.request_throughput:>8.2f}{row.kv_utilization_mean * 100:>7.1f}{ttft:>9}"
+        )
+    if len(table) > 16:
+        lines.append(f"{'...':>8} (all {len(table)} in replicas.parquet)")
     return "\n".join(lines)
 
 

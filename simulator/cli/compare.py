@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import os
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +22,20 @@ def run(args: argparse.Namespace) -> int:
     `vllm bench serve --save-result --save-detailed`, or a CSV request_id,ttft_s,tpot_s,e2e_s.
     A run folder gets the CDF figure as compare.png unless --plot or --no-plot says otherwise.
     """
+    from simulator.output_file import check_output_file, write_text
     from simulator.results.writer import json_safe
     from simulator.validation.compare import compare, format_table, simulated
     from simulator.validation.measured import guess_format, read_measured
 
     for flag, target in (("--json", args.json), ("--plot", args.plot)):
-        if target and not Path(target).parent.is_dir():  # fail before any work
+        if not target:
+            continue
+        if not Path(target).parent.is_dir():  # fail before any work
             raise InputError(f"{flag} {target}: folder {Path(target).parent} does not exist")
+        check_output_file(target, f"{flag} {target}")
+    if not args.no_plot and not args.plot and Path(args.sim).is_dir():
+        default_plot = Path(args.sim) / "compare.png"
+        check_output_file(default_plot, str(default_plot))
     fmt = args.format or guess_format(args.measured)
     meas = read_measured(args.measured, fmt)  # a bad file fails before anything is simulated
     requests, summary, label, folder = _simulation(args.sim, args.set)
@@ -41,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(metrics))
     if args.json:
         text = json.dumps({"metrics": json_safe(metrics)}, indent=2, allow_nan=False) + "\n"
-        _write_atomic(Path(args.json), text)
+        write_text(args.json, text, f"--json {args.json}")
     plot = None if args.no_plot else args.plot or (folder / "compare.png" if folder else None)
     if plot is not None:
         from simulator.plots.compare import plot_compare_cdfs
@@ -64,11 +69,9 @@ def _simulation(sim: str, overrides: list[str]) -> tuple[Any, dict[str, Any], st
         table = path / "requests.parquet"
         if not table.is_file():
             raise InputError(f"{sim}: not a servesim run folder (no requests.parquet)")
-        import pandas as pd
+        from simulator.results.reader import read_parquet, read_summary
 
-        summary_file = path / "summary.json"
-        summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
-        return pd.read_parquet(table), summary, str(path), path
+        return read_parquet(table), read_summary(path), str(path), path
     if not path.is_file():
         raise InputError(f"{sim}: no such run folder or scenario file")
     from simulator.config import load_scenario, parse_overrides
@@ -76,18 +79,6 @@ def _simulation(sim: str, overrides: list[str]) -> tuple[Any, dict[str, Any], st
 
     result = simulate(load_scenario(path, parse_overrides(overrides)), progress=None)
     return result.requests, result.summary, str(path), None
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError as err:
-        raise InputError(f"--json {path}: cannot write: {err.strerror}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from simulator.cli.common import Subparsers
 
@@ -29,7 +28,9 @@ def run(args: argparse.Namespace) -> int:
     from simulator.cost.calibration.convert import convert_splitwise, convert_vidur_mlp
     from simulator.cost.calibration.measurements import select_group
     from simulator.errors import InputError
+    from simulator.output_file import check_output_file, write_file
 
+    out = check_output_file(args.out)
     if args.format == "splitwise":
         rows = convert_splitwise(args.source, args.group)
     else:
@@ -38,8 +39,7 @@ def run(args: argparse.Namespace) -> int:
         rows = convert_vidur_mlp(args.source, args.model, args.hardware)
         if args.group is not None:
             rows = select_group(rows, args.group, args.source)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    rows.to_csv(args.out, index=False)
+    write_file(out, lambda tmp: rows.to_csv(tmp, index=False))
     groups = rows["group"].nunique()
     print(f"wrote {args.out}: {len(rows)} points in {groups} group(s)")
     return 0

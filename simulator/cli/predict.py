@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from simulator.cli.common import Subparsers
 
@@ -30,12 +29,13 @@ def run(args: argparse.Namespace) -> int:
     from simulator.cost.calibration.crossval import error_summary, format_error_table
     from simulator.cost.calibration.measurements import read_measurements, select_group, step_kinds
     from simulator.cost.fitted import load_preset
+    from simulator.output_file import check_output_file, write_file
 
+    path = check_output_file(args.out)
     preset = load_preset(args.preset)
     meas = select_group(read_measurements(args.measurements), args.group, args.measurements)
     out = predict(preset, meas)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    out.to_csv(args.out, index=False)
+    write_file(path, lambda tmp: out.to_csv(tmp, index=False))
     kinds = step_kinds(out).tolist()
     summary = error_summary(kinds, out["step_ms"].to_numpy(), out["predicted_ms"].to_numpy())
     ape = np.abs(out["predicted_ms"] - out["step_ms"]) / out["step_ms"] * 100.0

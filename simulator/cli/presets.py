@@ -10,7 +10,9 @@ from simulator.cli.common import Subparsers
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the ``presets`` command."""
     return subparsers.add_parser(
-        "presets", help="list model/hardware presets", description=run.__doc__
+        "presets",
+        help="list model, hardware and fitted cost-model presets",
+        description=run.__doc__,
     )
 
 
@@ -30,9 +32,10 @@ def run(args: argparse.Namespace) -> int:
     print("hardware:")
     for name in presets.get("hardware", []):
         h = load_hardware(name)
+        cost = "" if h.cost_per_hour is None else f", ${h.cost_per_hour:.2f}/GPU-hour"
         print(
             f"  {name:<14} {h.peak_flops / 1e12:6.0f} TFLOP/s, "
-            f"{h.hbm_bandwidth / 1e12:.2f} TB/s, {h.memory_bytes / 1e9:.0f} GB"
+            f"{h.hbm_bandwidth / 1e12:.2f} TB/s, {h.memory_bytes / 1e9:.0f} GB{cost}"
         )
     print("fitted cost models (cost_model: {type: fitted, path: NAME}):")
     for name in list_fitted():

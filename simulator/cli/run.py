@@ -11,6 +11,7 @@ from simulator.cli.common import (
     add_format_arg,
     add_scenario_args,
     add_steps_arg,
+    format_replicas,
     format_summary,
 )
 
@@ -61,4 +62,6 @@ def run(args: argparse.Namespace) -> int:
         raise
     print(f"{cfg.name}: results in {out}")
     print(format_summary(result.summary))
+    if result.replicas is not None:
+        print(format_replicas(result.summary, result.replicas))
     return 0

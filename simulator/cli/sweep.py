@@ -7,7 +7,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.cli.common import Subparsers, add_format_arg
+from simulator.cli.common import Subparsers, add_backend_args, add_format_arg
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,7 +30,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         help="values of a dotted key to sweep (repeatable: the cartesian product is run)",
     )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fixed override")
-    p.add_argument("--jobs", type=int, default=0, help="parallel processes (default: all cores)")
+    add_backend_args(p)
     p.add_argument("--out", help="output folder (default: results/<name>-sweep/<timestamp>/)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
     p.add_argument("--no-plots", action="store_true", help="skip drawing plots")
@@ -40,7 +40,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run the cartesian product of grids in parallel processes."""
-    from simulator.errors import InputError
+    from simulator.explore.backends import check_backend
     from simulator.explore.sweep import check_some_point_is_valid, parse_grid, sweep_base
     from simulator.results.outdir import default_out_dir, reserve_out_dir
 
@@ -48,8 +48,7 @@ def run(args: argparse.Namespace) -> int:
     grid = parse_grid(args.grid)
     base, base_cfg = sweep_base(args.scenario, args.set, grid)
     name = base_cfg.name
-    if args.jobs < 0:
-        raise InputError(f"--jobs {args.jobs}: must be >= 0 (0 = all cores)")
+    check_backend(args.backend, args.jobs, args.address)
     check_some_point_is_valid(base, grid, args.scenario)
     given = bool(args.out)
     # a default folder is reserved under a name no other sweep has, and removed on failure
@@ -92,6 +91,8 @@ def _run_into(
             plots=not args.no_plots,
             fmt=args.format,
             progress=None,
+            backend=args.backend,
+            address=args.address,
         )
         meta = {"scenario": args.scenario, "grid": grid, "set": args.set, "keys": list(grid)}
         scenario = base_yaml(base_cfg, args.scenario, args.set, grid)
@@ -100,17 +101,22 @@ def _run_into(
 
 
 def _sweep_table(table: pd.DataFrame, keys: list[str]) -> str:
-    """The sweep's headline figures, one row per point, latencies in ms."""
-    cols = [
-        "ttft_p50_s",
-        "ttft_p99_s",
-        "tpot_p50_s",
-        "tpot_p99_s",
-        "request_throughput",
-        "num_preemptions",
-    ]
-    show = table[[*keys, "status", *[c for c in cols if c in table]]].copy()
-    for c in cols:
-        if c in show and c.endswith("_s"):
-            show[c.replace("_s", "_ms")] = show.pop(c) * 1e3
+    """The sweep's headline figures, one row per point, each column headed with its unit;
+    goodput and SLO attainment when the scenario sets an SLO."""
+    from simulator.plots.sweep import axis_label
+
+    cols = {  # summary column -> (heading, scale)
+        "ttft_p50_s": ("ttft_p50 (ms)", 1e3),
+        "ttft_p99_s": ("ttft_p99 (ms)", 1e3),
+        "tpot_p50_s": ("tpot_p50 (ms)", 1e3),
+        "tpot_p99_s": ("tpot_p99 (ms)", 1e3),
+        "request_throughput": ("throughput (req/s)", 1.0),
+        "goodput": ("goodput (req/s)", 1.0),
+        "slo_attainment": ("within SLO (%)", 100.0),
+        "num_preemptions": ("preemptions", 1.0),
+    }
+    show = table[[*keys, "status"]].rename(columns={k: axis_label(k) for k in keys})
+    for col, (heading, scale) in cols.items():
+        if col in table:
+            show[heading] = table[col] * scale if scale != 1.0 else table[col]
     return show.to_string(index=False, float_format=lambda v: f"{v:.1f}")

@@ -28,6 +28,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = resolve(load_scenario(args.scenario, parse_overrides(args.set)))
     # what run would fail on before simulating: presets, their fit (tp), and input files
     build_cost_model(cfg.cost_model)
+    if cfg.cluster is not None:
+        from simulator.cluster.resolve import check_cluster
+
+        check_cluster(cfg)
     check_inputs(cfg.workload)
     print(f"# {args.scenario}: valid", file=sys.stderr)
     print(dump_scenario(cfg), end="")

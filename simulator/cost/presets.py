@@ -151,6 +151,11 @@ class HardwareSpec(BaseModel):
     """Per-GPU one-way bandwidth of the link tensor-parallel all-reduces use, bytes/s."""
     allreduce_latency_us: float | None = Field(default=None, ge=0)
     """Fixed latency of one small all-reduce between these GPUs, microseconds."""
+    cost_per_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Dollars per GPU-hour (on-demand cloud rental), for ``servesim search``'s cost columns;
+    None if unknown (``search --gpu-cost NAME=USD`` sets or overrides it)."""
+    cost_source: str | None = None
+    """Where ``cost_per_hour`` comes from, and when."""
 
 
 _M = TypeVar("_M", bound=BaseModel)

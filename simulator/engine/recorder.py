@@ -24,7 +24,9 @@ CHUNK_GAPS = 1 << 16
 class Recorder:
     """A run's records. Requests are indexed by their row in the workload."""
 
-    def __init__(self, num_requests: int, num_blocks: int, sink: StepSink) -> None:
+    def __init__(
+        self, num_requests: int, num_blocks: int, sink: StepSink, shared: Recorder | None = None
+    ) -> None:
         nan = float("nan")
         self.first_scheduled = [nan] * num_requests
         """Per request: start of the first step that computed any of its tokens."""
@@ -45,6 +47,15 @@ class Recorder:
         """Every gap between two consecutive tokens of a request."""
         self.step_stats = StepStats()
         self._last_token = [nan] * num_requests  # when each request last sampled
+        if shared is not None:
+            # another server of a cluster: its own steps, aggregates, token count and gap
+            # buffers, and ``shared``'s per-request records and ITL distribution (a request
+            # is on one replica at a time)
+            self.first_scheduled, self.first_token = shared.first_scheduled, shared.first_token
+            self.finish, self.num_preemptions = shared.finish, shared.num_preemptions
+            self.num_output, self.rejected = shared.num_output, shared.rejected
+            self.cached_tokens = shared.cached_tokens
+            self.itl, self._last_token = shared.itl, shared._last_token
         self._sink = sink
         self._steps = StepBuffer(num_blocks, sink, self.step_stats, CHUNK_STEPS)
         self._gaps: list[float] = []  # gaps of single tokens

@@ -27,6 +27,8 @@ class SimulationResult:
     """``request_id, reason`` for requests that could never fit in the KV cache."""
     checksums: np.ndarray
     """Per request, a hash of its output tokens (0 for rejected; `engine/tokens.py`)."""
+    replicas: pd.DataFrame | None = None
+    """A cluster's per-replica figures, one row per replica (None for a single server)."""
     scenario: ScenarioConfig | None = None
     """The resolved scenario that produced this result."""
     extras: dict[str, Any] = field(default_factory=dict)

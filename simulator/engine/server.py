@@ -65,18 +65,58 @@ class Server:
         self.fast_decode = fast_decode and cost_model.times_from_sums
         self.closed = False
         """No more submissions will come: the server stops once its work is done."""
+        self.retire: Callable[[list[Sequence], float], None] = self.record_finished
+        """What becomes of the sequences that finished in a step ending at a given time:
+        their finish is recorded (a cluster's prefill replica hands them on instead)."""
+        self.step_end = 0.0
+        """End of the latest step taken (deferred decode steps run ahead of the clock)."""
         self._wake: simpy.Event | None = None
+        # The last deferred decode step, taken whole before its end: (end, tokens sampled,
+        # sequences retired, blocks freed), undone by the num_* views until the clock gets there.
+        self._deferred = (0.0, 0, 0, 0)
 
-    def submit(self, seq: Sequence) -> bool:
+    # -- state as a step-by-step run shows it at this instant (what a router may read) -------
+
+    @property
+    def num_running(self) -> int:
+        """Sequences running now (a deferred step in flight has retired nobody yet)."""
+        end, _, retired, _ = self._deferred
+        n = self.scheduler.num_running
+        return n + retired if self.env.now < end else n
+
+    @property
+    def num_waiting(self) -> int:
+        """Sequences waiting for admission now."""
+        return self.scheduler.num_waiting
+
+    @property
+    def num_blocks_used(self) -> int:
+        """KV blocks held now (a deferred step in flight has freed none yet)."""
+        end, _, _, freed = self._deferred
+        n = self.scheduler.num_blocks_used
+        return n + freed if self.env.now < end else n
+
+    @property
+    def num_sampled(self) -> int:
+        """Tokens sampled so far (a deferred step in flight has sampled none yet)."""
+        end, tokens, _, _ = self._deferred
+        n = self.recorder.num_tokens
+        return n - tokens if self.env.now < end else n
+
+    def submit(self, seq: Sequence, prefilled: bool = False) -> bool:
         """Hand a request to the scheduler (waking an idle server); False, recorded with its
-        reason, if it can never be served."""
+        reason, if it can never be served. ``prefilled``: its prompt was computed elsewhere
+        and its KV comes with it (``Scheduler.add_prefilled``)."""
         reason = self.scheduler.rejection_reason(seq)
         if reason is not None:
             self.recorder.rejected.append((seq.seq_id, reason))  # type: ignore[arg-type]
             if self.progress is not None:
                 self.progress(1)
             return False
-        self.scheduler.add(seq)
+        if prefilled:
+            self.scheduler.add_prefilled(seq)
+        else:
+            self.scheduler.add(seq)
         self._poke()
         return True
 
@@ -137,11 +177,12 @@ class Server:
                 sched.num_cached_blocks,
             ),
         )
+        self.step_end = now + duration  # where the timeout lands
         yield env.timeout(duration)
         done = sched.update()
         rec.record_samples(plan.sampled, env.now)
         if done:
-            self._retire(done, env.now)
+            self.retire(done, env.now)
 
     def _fast_window(self) -> Generator[simpy.Event, Any, int]:
         """Run the steps the scheduler takes on its fast path, back to back, under as few
@@ -150,60 +191,72 @@ class Server:
         Only an arrival can change the scheduler's mind between such steps, so every step
         that starts before the next arrival joins the window. The window's end must be
         exactly where step-by-step timeouts would have landed (``start + sum`` in float is not
-        always ``start + (end - start)``): when one would not, the window is cut there."""
+        always ``start + (end - start)``): when one would not, the window is cut there. Its
+        last step is still in flight while the window's timeout runs: until the clock gets to
+        its end, the ``num_*`` views undo what that step did early (retire, free, sample)."""
         env, sched = self.env, self.scheduler
         steps = 0
         start = end = env.now
+        retired = (0.0, 0, 0)  # the latest step that retired anybody: end, how many, blocks
         while end < self.next_arrival() or not steps:
             stretch = sched.decode_stretch()
             if stretch is not None:
-                starts, durations = self._time_stretch(stretch, start, end, not steps)
+                starts, durations, tokens, used = self._time_stretch(stretch, start, end, not steps)
                 k = len(durations)
-                for j, done in sched.take_decodes(k):
-                    self._retire(done, starts[j] + durations[j])
+                finished = sched.take_decodes(k)
+                for j, seqs in finished:
+                    self.retire(seqs, starts[j] + durations[j])
                 last_start, new_end = starts[-1], starts[-1] + durations[-1]
+                done = finished[-1][1] if finished and finished[-1][0] == k - 1 else []
             else:
                 last_start = end
-                new_end, done = self._fast_step(end)
+                new_end, done, tokens, used = self._fast_step(end)
                 if new_end < 0:
                     break
                 k = 1
                 if done:
-                    self._retire(done, new_end)
+                    self.retire(done, new_end)
             steps += k
+            retired = (new_end, len(done), used - sched.num_blocks_used) if done else retired
             if start + (new_end - start) != new_end:
                 yield env.timeout(last_start - start)  # lands exactly there, checked before
                 start = last_start
             end = new_end
         if steps:
+            self.step_end = end
+            _, num_retired, freed = retired if retired[0] == end else (end, 0, 0)
+            self._deferred = (end, tokens, num_retired, freed)
             yield env.timeout(end - start)
         return steps
 
     def _time_stretch(
         self, stretch: DecodeStretch, start: float, end: float, first: bool
-    ) -> tuple[list[float], list[float]]:
+    ) -> tuple[list[float], list[float], int, int]:
         """Time and record the steps of ``stretch`` from ``end`` while they start before the
         next arrival (the first anyway when ``first``), up to one whose end a timeout from
         ``start`` would not land on exactly (or, in a closed loop, that finishes requests:
-        their slots may send new ones); return their starts and durations."""
+        their slots may send new ones); return their starts and durations, and the tokens
+        sampled in the last and the blocks used once it was planned."""
         arrival = self.next_arrival()  # nothing arrives before it while the window runs
         starts: list[float] = []
         durations: list[float] = []
         used_blocks: list[int] = []
         sizes: list[tuple[int, int]] = []  # (first step, sequences) of each segment
+        last_m = 0
         for m, contexts, used, finishing in stretch.segments:
             sizes.append((len(durations), m))
             n, cut, end = self._time_segment(
                 m, contexts, (start, end, arrival), first, starts, durations
             )
             used_blocks.extend(islice(used, n))
+            last_m = m if n else last_m
             first = False
             if cut or n < len(contexts) or finishing and self.on_done is not None:
                 break
         self.recorder.record_decode_steps(
             sizes, starts, durations, used_blocks, stretch.num_cached_blocks
         )
-        return starts, durations
+        return starts, durations, last_m, used_blocks[-1]
 
     def _time_segment(
         self,
@@ -247,19 +300,21 @@ class Server:
                 break
         return taken, False, end
 
-    def _fast_step(self, start: float) -> tuple[float, list[Sequence]]:
-        """One step planned by ``fast_step()`` from ``start``: its end and who finished, or
-        (-1, []) if the scheduler could not take it so."""
+    def _fast_step(self, start: float) -> tuple[float, list[Sequence], int, int]:
+        """One step planned by ``fast_step()`` from ``start``: its end, who finished, the
+        tokens sampled and the blocks used once it was planned; or (-1, [], 0, 0) if the
+        scheduler could not take it so."""
         sched, rec = self.scheduler, self.recorder
         num_running, num_waiting = sched.num_running, sched.num_waiting
         plan = sched.fast_step()
         if plan is None:
-            return -1.0, []
+            return -1.0, [], 0, 0
         sums = plan_sums(plan)
         duration = self.cost_model.time_from_sums(*sums)
         if plan.num_admitted:
             rec.record_admitted(plan, start)
         num_seqs, decodes, num_tokens = sums[0], sums[1], sums[2]
+        used = sched.num_blocks_used
         rec.record_step(
             start,
             duration,
@@ -268,7 +323,7 @@ class Server:
                 num_tokens,
                 num_tokens - decodes,
                 decodes,
-                sched.num_blocks_used,
+                used,
                 num_running,
                 num_waiting,
                 0,
@@ -281,9 +336,9 @@ class Server:
         done = sched.finish_fast_step()
         if plan.sampled:
             rec.record_samples(plan.sampled, end)
-        return end, done
+        return end, done, plan.num_deferred + len(plan.sampled), used
 
-    def _retire(self, done: list[Sequence], end: float) -> None:
+    def record_finished(self, done: list[Sequence], end: float) -> None:
         """Record the requests that finished in the step ending at ``end``."""
         rec = self.recorder
         for seq in done:

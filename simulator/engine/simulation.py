@@ -25,6 +25,7 @@ from simulator.engine.server import Server
 from simulator.engine.serving import ServingConfig
 from simulator.engine.step_sink import MemorySink, StepSink
 from simulator.engine.tokens import output_checksums
+from simulator.engine.watch import RunState, StopRule, Watch
 from simulator.metrics import DEFAULT_PERCENTILES, build_requests, summarize
 from simulator.scheduling.interface import Scheduler
 from simulator.scheduling.sequence import Sequence
@@ -47,6 +48,7 @@ class Simulation:
         percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
         step_sink: StepSink | None = None,
         serving: ServingConfig | None = None,
+        stop: StopRule | None = None,
     ) -> None:
         self.workload = workload
         self.slo = slo
@@ -64,6 +66,11 @@ class Simulation:
         self._in_flight = 0
         self._arrivals_done = False
         self._backlog: deque[int] = deque()  # due requests waiting for a concurrency slot
+        self._num_sent = 0
+        # A stop rule reads arrival order as drawn: a closed loop sends requests later than
+        # drawn, so it is not watched (never stopped early)
+        self._watch = Watch(stop, len(workload)) if stop and max_concurrency is None else None
+        self._progress = progress
         self._prompt = workload.prompt_len.tolist()
         self._output = workload.output_len.tolist()
         self.server = Server(
@@ -72,9 +79,28 @@ class Simulation:
             cost_model,
             self.recorder,
             next_arrival=lambda: self._next_arrival,
-            progress=progress,
+            progress=self._tick if self._watch is not None else progress,
             fast_decode=fast_decode,
             on_done=self._slot_freed if max_concurrency is not None else None,
+        )
+
+    def _tick(self, num: int) -> None:
+        """Requests finished or were rejected: progress, and the stop rule when due."""
+        if self._progress is not None:
+            self._progress(num)
+        if self._watch is not None:
+            self._watch.tick(self._state)
+
+    def _state(self) -> RunState:
+        rec = self.recorder
+        return RunState(
+            now=self.env.now,
+            arrival_s=self.arrival_s,
+            num_arrived=self._num_sent,
+            first_scheduled=rec.first_scheduled,
+            first_token=rec.first_token,
+            finish=rec.finish,
+            rejected=[i for i, _ in rec.rejected],
         )
 
     def _send(self, i: int, at: float) -> None:
@@ -82,6 +108,9 @@ class Simulation:
         it reached the server (a constant: the order is the arrival order)."""
         self.queued_s[i] = at
         self.arrival_s[i] = at - self._delay if self._delay else at
+        self._num_sent += 1
+        if self._watch is not None:
+            self._watch.tick(self._state)
         self._in_flight += 1
         priority, runs = self.workload.priority, self.workload.prompt_runs
         seq = Sequence(
@@ -136,7 +165,7 @@ class Simulation:
         rec = self.recorder
         steps = rec.close()
         rejected_ids = [i for i, _ in rec.rejected]
-        _check_token_count(rec.num_tokens, self.workload.output_len, rejected_ids)
+        check_token_count(rec.num_tokens, self.workload.output_len, rejected_ids)
         requests = build_requests(
             self.workload,
             arrival=self.arrival_s,
@@ -165,7 +194,7 @@ class Simulation:
         )
 
 
-def _check_token_count(num_tokens: int, output_len: np.ndarray, rejected: list[int]) -> None:
+def check_token_count(num_tokens: int, output_len: np.ndarray, rejected: list[int]) -> None:
     """The run sampled exactly the tokens its finished requests asked for: a preemption that
     redid a sample (instead of recomputing KV only) would show up here, whatever the tokens.
     (The server checks each request's own count when it finishes.)"""

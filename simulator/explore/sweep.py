@@ -8,8 +8,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,8 @@ from simulator.config import (
     validate,
 )
 from simulator.errors import InputError
+from simulator.explore.backend import Done
+from simulator.explore.backends import make_backend
 
 
 @dataclass(frozen=True)
@@ -68,19 +69,52 @@ def grid_points(grid: dict[str, list[Any]]) -> list[GridPoint]:
 
 
 def _run_point(
-    point: GridPoint, base: dict[str, Any], source: str, runs: Path, plots: bool, fmt: str
-) -> dict[str, Any]:
-    """Run one grid point into ``runs/<point>`` (in a worker process); its summary row."""
+    point: GridPoint,
+    base: dict[str, Any],
+    source: str,
+    runs: Path,
+    plots: bool,
+    fmt: str,
+    ship: bool = False,
+) -> tuple[dict[str, Any], dict[str, bytes] | None]:
+    """Run one grid point (in a worker); its summary row, and with ``ship`` its folder's
+    files (written in a temporary folder of the worker, for a driver on another machine)
+    instead of writing them into ``runs/<point>``."""
     from simulator.results.writer import write_result
     from simulator.runner import resolve, run
 
-    folder = runs / point.name
     cfg = validate(apply_overrides(base, point.values, source), f"{source} [{point.name}]")
     cfg = resolve(cfg)
     result = run(cfg, progress=False)
-    folder.mkdir(parents=True)
-    write_result(result, folder, plots=plots, fmt=fmt)
-    return dict(result.summary)
+    if not ship:
+        folder = runs / point.name
+        folder.mkdir(parents=True)
+        write_result(result, folder, plots=plots, fmt=fmt)
+        return dict(result.summary), None
+    with tempfile.TemporaryDirectory(prefix="servesim-point-") as tmp:
+        write_result(result, Path(tmp), plots=plots, fmt=fmt)
+        files = {
+            str(f.relative_to(tmp)): f.read_bytes() for f in Path(tmp).rglob("*") if f.is_file()
+        }
+    return dict(result.summary), files
+
+
+def _unpack(folder: Path, files: dict[str, bytes]) -> None:
+    """Write a run folder's files shipped from a worker."""
+    for name, data in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def _take(point: GridPoint, done: Done, runs: Path) -> dict[str, Any]:
+    """A finished point's row (its shipped files written into ``runs/<point>``)."""
+    if done.error is not None:
+        return _row(point, None, _one_line(done.error))
+    summary, files = done.value
+    if files is not None:
+        _unpack(runs / point.name, files)
+    return _row(point, summary, None)
 
 
 def _row(point: GridPoint, summary: dict[str, Any] | None, error: str | None) -> dict[str, Any]:
@@ -107,16 +141,21 @@ def run_sweep(
     plots: bool = True,
     fmt: str = "png",
     progress: bool | None = None,
+    backend: str = "local",
+    address: str | None = None,
 ) -> pd.DataFrame:
-    """Run every grid point (in ``jobs`` processes; 0 = all cores) into ``out/runs/<point>/``.
+    """Run every grid point into ``out/runs/<point>/``, on ``backend`` (``local``: ``jobs``
+    processes, 0 = all cores, 1 = this process; ``ray``: Ray tasks).
 
-    Returns one row per point in grid order, whatever order they finished in, so ``jobs``
-    never changes the table. A point that fails is a row with ``status == "failed"``."""
+    Returns one row per point in grid order, whatever order they finished in, so neither
+    ``jobs`` nor the backend changes the table. A point that fails is a row with
+    ``status == "failed"``."""
     from tqdm import tqdm
 
     points = grid_points(grid)
-    jobs = jobs or os.cpu_count() or 1
     rows: dict[int, dict[str, Any]] = {}
+    if backend == "local" and jobs != 1:
+        jobs = min(jobs or os.cpu_count() or 1, len(points))
     # disable=None: tqdm shows itself only on a terminal
     bar = tqdm(
         total=len(points),
@@ -125,24 +164,20 @@ def run_sweep(
         file=sys.stderr,
         disable=None if progress is None else not progress,
     )
-
-    def record(point: GridPoint, summary: dict[str, Any] | None, error: str | None) -> None:
-        rows[point.index] = _row(point, summary, error)
-        if error is not None:
-            values = ", ".join(f"{k}={v}" for k, v in point.values.items())
-            bar.write(f"servesim: run {point.name} ({values}) failed: {error}", file=sys.stderr)
-        bar.update(1)
-
-    args = (base, source, out / "runs", plots, fmt)
+    ship = backend != "local"  # a Ray worker may be on another machine: files come back
     try:
-        if jobs == 1 or len(points) == 1:
-            for p in points:
-                try:
-                    record(p, _run_point(p, *args), None)
-                except Exception as err:  # one bad point must not lose the others
-                    record(p, None, _one_line(err))
-        else:
-            _run_parallel(points, min(jobs, len(points)), args, record)
+        with make_backend(backend, jobs, address) as pool:
+            args = (base, source, out / "runs", plots, fmt, ship)
+            tickets = {pool.submit(_run_point, p, *args): p for p in points}
+            while tickets:
+                for done in pool.wait():
+                    p = tickets.pop(done.ticket)
+                    rows[p.index] = _take(p, done, out / "runs")
+                    if rows[p.index]["error"] is not None:
+                        values = ", ".join(f"{k}={v}" for k, v in p.values.items())
+                        failed = f"run {p.name} ({values}) failed: {rows[p.index]['error']}"
+                        bar.write(f"servesim: {failed}", file=sys.stderr)
+                    bar.update(1)
     finally:
         bar.close()
     table = pd.DataFrame([rows[i] for i in range(len(points))])
@@ -150,28 +185,6 @@ def run_sweep(
         if table[key].map(type).nunique() > 1:  # mixed int/float grid values: one dtype
             table[key] = table[key].astype(str)
     return table
-
-
-def _run_parallel(
-    points: list[GridPoint],
-    jobs: int,
-    args: tuple[dict[str, Any], str, Path, bool, str],
-    record: Callable[[GridPoint, dict[str, Any] | None, str | None], None],
-) -> None:
-    """Run ``points`` in ``jobs`` worker processes, recording each as it finishes."""
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_run_point, p, *args): p for p in points}
-        try:
-            for fut in as_completed(futures):
-                p = futures[fut]
-                try:
-                    record(p, fut.result(), None)
-                except Exception as err:
-                    record(p, None, _one_line(err))
-        except BaseException:
-            # Ctrl-C or SIGTERM: drop the queued points instead of running them first
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
 
 
 def _one_line(err: BaseException) -> str:

@@ -99,7 +99,9 @@ class Distribution:
         if not len(values):
             return
         self.count += int(w.sum())
-        self.total += float(np.dot(values, w))
+        # numpy's pairwise sum, not np.dot: BLAS splits a long dot product over its threads,
+        # so the last bit of the mean depended on OMP_NUM_THREADS (a Ray worker sets it to 1)
+        self.total += float(np.sum(values * w))
         if self._sketch is not None:
             self._sketch.add(values, w)
             return

@@ -57,6 +57,20 @@ class StepStats:
         self.kv_time = 0.0
         """Sum over steps of KV utilization x duration (for the time-weighted mean)."""
         self.kv_max = 0.0
+        self.busy_s = 0.0
+        """Sum of step durations."""
+        self.num_tokens = 0
+        """Tokens computed (prompt chunks and decodes)."""
+
+    def merge(self, other: StepStats) -> None:
+        """Account for another server's steps too (a cluster's, run side by side)."""
+        self.num_steps += other.num_steps
+        self.end_s = max(self.end_s, other.end_s)
+        self.num_preemptions += other.num_preemptions
+        self.kv_time += other.kv_time
+        self.kv_max = max(self.kv_max, other.kv_max)
+        self.busy_s += other.busy_s
+        self.num_tokens += other.num_tokens
 
     def add(self, steps: pd.DataFrame) -> None:
         """Account for a chunk of consecutive rows of the step table."""
@@ -70,3 +84,5 @@ class StepStats:
         self.num_preemptions += int(steps["num_preemptions"].sum())
         self.kv_time += float((kv * duration).sum())
         self.kv_max = max(self.kv_max, float(kv.max()))
+        self.busy_s += float(duration.sum())
+        self.num_tokens += int(steps["num_tokens"].sum())

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
+
+from simulator.results.reader import iter_parquet, open_parquet
 
 MAX_TIME_BINS = 800
 """Most bins a timeline is drawn from: the screen cannot show more, and 10^6-point lines make
@@ -125,7 +126,7 @@ def bin_steps(steps: pd.DataFrame, max_bins: int = MAX_TIME_BINS) -> pd.DataFram
 def bin_steps_file(path: Path, max_bins: int = MAX_TIME_BINS) -> pd.DataFrame:
     """``bin_steps`` of a parquet step table, read a batch of rows at a time (twice: first
     for the time span, then for the sums)."""
-    table = pq.ParquetFile(path)
+    table = open_parquet(path)
     schema = table.schema_arrow
     names = schema.names
     if "start_s" not in names or "duration_s" not in names:
@@ -133,14 +134,14 @@ def bin_steps_file(path: Path, max_bins: int = MAX_TIME_BINS) -> pd.DataFrame:
     dtypes = [field.type.to_pandas_dtype() for field in schema]
     cols = _numeric_columns(names, dtypes)
     lo, hi = np.inf, -np.inf
-    for batch in table.iter_batches(batch_size=_BATCH_ROWS, columns=["start_s"]):
-        t = batch.column(0).to_numpy(zero_copy_only=False)
+    for batch in iter_parquet(path, table, ["start_s"], _BATCH_ROWS):
+        t = batch["start_s"].to_numpy(dtype=float)
         t = t[np.isfinite(t)]
         if t.size:
             lo, hi = min(lo, float(t.min())), max(hi, float(t.max()))
     if not np.isfinite(lo):
         return _empty(table.metadata.num_rows)
     bins = _Bins(lo, hi, max_bins, cols)
-    for batch in table.iter_batches(batch_size=_BATCH_ROWS, columns=["start_s", *cols]):
-        bins.add(batch.to_pandas())
+    for batch in iter_parquet(path, table, ["start_s", *cols], _BATCH_ROWS):
+        bins.add(batch)
     return bins.frame()

@@ -7,8 +7,6 @@ pyplot, so plotting holds no global state and is safe in threads and worker proc
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from simulator.errors import InputError
+from simulator.output_file import write_file
 
 DPI = 120
 FORMATS = ("png", "svg")
@@ -132,13 +131,4 @@ def check_fmt(fmt: str) -> str:
 def save_figure(fig: Figure, path: Path, fmt: str = "png") -> Path:
     """Write ``fig`` to ``path`` atomically (temp file in the same folder, then rename)."""
     check_fmt(fmt)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Same folder so os.replace is a rename; unique so parallel writers never collide.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        fig.savefig(tmp, format=fmt, dpi=DPI)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_file(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=DPI), str(path))

@@ -62,6 +62,47 @@ _SWEEP_METRICS = (
 )
 
 
+_GOODPUT_METRICS = (
+    _Metric(
+        "Goodput",
+        "requests / s",
+        (("goodput", "goodput", "-"), ("request_throughput", "throughput", "--")),
+    ),
+    _Metric(
+        "SLO attainment", "requests within the SLO (%)", (("slo_attainment", "SLO", "-"),), 100
+    ),
+)
+"""Panels added when the scenario sets an SLO (the table has ``goodput``)."""
+
+UNITS = {
+    "rate": "req/s",
+    "time_scale": "x trace time",
+    "max_num_batched_tokens": "tokens / step",
+    "max_num_seqs": "sequences",
+    "num_blocks": "KV blocks",
+    "block_size": "tokens / block",
+    "num_requests": "requests",
+    "max_concurrency": "requests in flight",
+    "gpu_memory_utilization": "share of GPU memory",
+    "tp": "GPUs / replica",
+    "replicas": "replicas",
+    "value": "tokens",
+    "low": "tokens",
+    "high": "tokens",
+    "min": "tokens",
+    "max": "tokens",
+    "max_requests": "requests",
+}
+"""The unit of a grid key, by its last dotted part (keys ending ``_ms`` are in ms)."""
+
+
+def axis_label(key: str) -> str:
+    """A grid key with its unit, for an axis: ``workload.arrival.rate (req/s)``."""
+    last = key.rsplit(".", 1)[-1]
+    unit = "ms" if last.endswith("_ms") else UNITS.get(last)
+    return f"{key} ({unit})" if unit else key
+
+
 _BUDGET_METRICS = (
     _SWEEP_METRICS[0],
     _SWEEP_METRICS[1],
@@ -269,7 +310,7 @@ def _sweep_figure(
     fig.suptitle(f"{title}\n{_subtitle(lines, len(ok), n_failed, repeats)}")
     for ax, m in zip(fig.axes, metrics, strict=True):
         if _metric_panel(ax, ok, xa.positions, lines, m):
-            _apply_x(ax, xa, key)
+            _apply_x(ax, xa, axis_label(key))
     _legends(fig, metrics, lines)
     return fig
 
@@ -283,21 +324,21 @@ def _require_columns(sweep: pd.DataFrame, cols: Sequence[str]) -> None:
 
 
 def plot_sweep(sweep: pd.DataFrame, keys: list[str]) -> dict[str, Figure]:
-    """One 2x2 figure per grid key: p50/p99 TTFT and TPOT, throughput, preemptions vs the key.
+    """One figure per grid key: p50/p99 TTFT and TPOT, throughput, preemptions vs the key,
+    and goodput and SLO attainment when the table has them (the scenario set an SLO).
 
     With two keys each panel has one line per value of the other key. With more, lines
     follow the first other key (in ``keys`` order) and points are medians over the rest,
     with the min-max range shaded.
     """
     _require_columns(sweep, keys)
+    metrics: tuple[_Metric, ...] = _SWEEP_METRICS
+    layout = (2, 2, (11.0, 8.0))
+    if "goodput" in sweep.columns:
+        metrics, layout = (*_SWEEP_METRICS, *_GOODPUT_METRICS), (2, 3, (15.0, 8.0))
     return {
         key: _sweep_figure(
-            sweep,
-            key,
-            [k for k in keys if k != key],
-            _SWEEP_METRICS,
-            (2, 2, (11, 8)),
-            f"Sweep over {key}",
+            sweep, key, [k for k in keys if k != key], metrics, layout, f"Sweep over {key}"
         )
         for key in keys
     }

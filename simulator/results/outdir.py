@@ -5,7 +5,6 @@ interrupted run never leaves half-written results)."""
 from __future__ import annotations
 
 import errno
-import functools
 import itertools
 import os
 import shutil
@@ -17,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from simulator.errors import InputError, reason_of
+from simulator.output_file import nearest_existing, umask
 
 __all__ = ["MARKER", "atomic_dir", "check_out_dir", "default_out_dir", "reserve_out_dir"]
 
@@ -64,12 +64,6 @@ def _dangerous(path: Path) -> bool:
     return path == cwd or path in cwd.parents or path == Path(path.anchor)
 
 
-def _nearest_existing(path: Path) -> Path:
-    while not os.path.lexists(path) and path != path.parent:
-        path = path.parent
-    return path
-
-
 def check_out_dir(out: Path, overwrite: bool, *, given: bool = True) -> Path:
     """Check, before anything is simulated, that results can be written to ``out``; return
     it absolute (symlinks resolved), the path to write to.
@@ -103,7 +97,7 @@ def check_out_dir(out: Path, overwrite: bool, *, given: bool = True) -> Path:
     if non_empty:
         _check_ours(path, label)
     # The results are written to a temporary folder beside ``path``, created with its parents
-    anchor = _nearest_existing(path.parent)
+    anchor = nearest_existing(path.parent)
     if not anchor.is_dir():
         raise InputError(f"{label}: cannot create ({anchor} is not a folder)")
     if not os.access(anchor, os.W_OK | os.X_OK):
@@ -113,14 +107,6 @@ def check_out_dir(out: Path, overwrite: bool, *, given: bool = True) -> Path:
     except OSError as err:
         raise InputError(f"{label}: cannot create ({reason_of(err)})") from None
     return path
-
-
-@functools.cache
-def _umask() -> int:
-    """The process umask (read once: reading it means setting it, then setting it back)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 @contextmanager
@@ -134,7 +120,7 @@ def atomic_dir(out: Path, overwrite: bool, *, given: bool = True) -> Iterator[Pa
     becomes one line naming ``out`` (``InputError``)."""
     label = _label(out, given)
     path = check_out_dir(out, overwrite, given=given)
-    mode = 0o777 & ~_umask()
+    mode = 0o777 & ~umask()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))

@@ -14,11 +14,10 @@ import pandas as pd
 from simulator.config import dump_scenario
 from simulator.engine.result import SimulationResult
 from simulator.engine.step_sink import MemorySink
+from simulator.results.reader import SWEEP_META
 
 SWEEP_FILE = "sweep.parquet"
 """A sweep folder's table: one row per grid point."""
-SWEEP_META = "sweep.json"
-"""A sweep folder's grid: scenario, grid values, ``--set`` items and the grid keys."""
 
 
 def _json_default(value: Any) -> Any:
@@ -51,12 +50,16 @@ def write_result(
     result.requests.to_parquet(folder / "requests.parquet", index=False)
     if result.steps is not None:  # else streamed to the folder as the run went, or not kept
         result.steps.to_parquet(folder / "steps.parquet", index=False)
+    if result.replicas is not None:
+        result.replicas.to_parquet(folder / "replicas.parquet", index=False)
     if len(result.rejected):
         result.rejected.to_csv(folder / "rejected.csv", index=False)
     summary = dict(result.summary)
     summary["wall_time_s"] = result.extras.get("wall_time_s")
     summary["servesim_version"] = result.extras.get("servesim_version")
     summary["workload_notes"] = list(result.extras.get("workload_notes", []))
+    if result.replicas is not None:
+        summary["replicas"] = result.replicas.to_dict(orient="records")
     (folder / "summary.json").write_text(
         json.dumps(json_safe(summary), indent=2, default=_json_default, allow_nan=False) + "\n"
     )
@@ -70,6 +73,10 @@ def write_result(
             path = folder / "steps.parquet"
             steps = path if path.exists() else MemorySink().close()
         save_run_plots(result.requests, steps, folder / "plots", fmt=fmt)
+        if result.replicas is not None and isinstance(steps, pd.DataFrame):
+            from simulator.plots.cluster import save_cluster_plots
+
+            save_cluster_plots(result.requests, steps, folder / "plots", fmt=fmt)
 
 
 def write_sweep(
@@ -90,7 +97,45 @@ def write_sweep(
         save_sweep_plots(table, list(meta["keys"]), folder / "plots", fmt=fmt)
 
 
-def read_sweep_keys(folder: Path) -> list[str]:
-    """The grid keys of a sweep folder (none if its ``sweep.json`` is missing)."""
-    meta_file = folder / SWEEP_META
-    return list(json.loads(meta_file.read_text())["keys"]) if meta_file.exists() else []
+CAPACITY_FILE = "capacity.json"
+"""A capacity folder's answer: ``capacity``, its bracket and ``probes``."""
+
+
+def write_capacity(
+    found: dict[str, Any], folder: Path, scenario_yaml: str, plots: bool = True, fmt: str = "png"
+) -> None:
+    """Write a capacity search's ``capacity.json`` (strict JSON), its probes as a table,
+    its base scenario and its figure into ``folder``."""
+    text = json.dumps(json_safe(found), indent=2, default=_json_default, allow_nan=False)
+    (folder / CAPACITY_FILE).write_text(text + "\n")
+    pd.DataFrame(found["probes"]).to_parquet(folder / "probes.parquet", index=False)
+    (folder / "scenario.yaml").write_text(scenario_yaml)
+    if plots:
+        from simulator.plots.capacity import save_capacity_plot
+
+        save_capacity_plot(found, folder / "plots", fmt=fmt)
+
+
+SEARCH_FILE = "search.parquet"
+"""A search folder's table: one row per deployment."""
+
+
+def write_search(
+    table: pd.DataFrame,
+    folder: Path,
+    meta: dict[str, Any],
+    scenario_yaml: str,
+    plots: bool = True,
+    fmt: str = "png",
+) -> None:
+    """Write a design search's table, what it searched (``search.json``), its base scenario
+    and its Pareto figure into ``folder``."""
+    table.to_parquet(folder / SEARCH_FILE, index=False)
+    text = json.dumps(json_safe(meta), indent=2, default=_json_default, allow_nan=False)
+    (folder / "search.json").write_text(text + "\n")
+    (folder / "scenario.yaml").write_text(scenario_yaml)
+    if plots:
+        from simulator.plots.search import save_search_plot
+
+        title = f"Design search of {meta.get('scenario_name', '')}: {meta['slo']['text']}"
+        save_search_plot(table, list(meta["keys"]), folder / "plots", fmt=fmt, title=title)

@@ -177,6 +177,13 @@ class Scheduler(ABC):
     def add(self, seq: Sequence) -> None:
         """Queue a new sequence (ValueError if it can never be served)."""
 
+    def add_prefilled(self, seq: Sequence) -> None:
+        """Queue a sequence whose prompt was computed elsewhere (a disaggregated prefill): it
+        has sampled ``seq.output`` there and arrives with the KV of every token but the last,
+        so it needs blocks for that KV before it decodes, and no prefill (ValueError if it can
+        never be served)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot take prefilled sequences")
+
     @abstractmethod
     def schedule(self) -> StepPlan:
         """Plan the next step."""

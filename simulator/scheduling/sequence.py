@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 
 PromptRuns = tuple[tuple[Hashable, int], ...]
 """A prompt's token identity: ``(segment, tokens)`` runs, each the first ``tokens`` tokens of
@@ -50,6 +50,7 @@ class Sequence:
         *,
         priority: int = 0,
         prompt_runs: PromptRuns | None = None,
+        output: Iterable[int] = (),
     ) -> None:
         if not isinstance(prompt_len, int) or prompt_len <= 0:
             raise ValueError(f"prompt_len must be a positive integer, got {prompt_len!r}")
@@ -69,14 +70,18 @@ class Sequence:
         """Lower is served first under a priority policy (vLLM's convention)."""
         self.prompt_runs = prompt_runs
         """Token identity of the prompt, or None: a prompt no other request shares."""
-        self.output: list[int] = []
+        self.output: list[int] = list(output)
+        """Sampled tokens; a sequence may start with some sampled elsewhere (the first token of
+        a disaggregated prefill: ``Scheduler.add_prefilled``)."""
+        if len(self.output) >= max_tokens:
+            raise ValueError(f"output of {len(self.output)} tokens leaves none of {max_tokens}")
         self.num_computed = 0
         self.num_blocks = 0
         self.status = SequenceStatus.WAITING
         self.num_preemptions = 0
         # prompt_len + tokens sampled, kept as a field because the scheduler reads it for every
         # sequence in every step (and a scheduler without a sampler keeps no ``output``).
-        self.num_tokens = prompt_len
+        self.num_tokens = prompt_len + len(self.output)
         self.num_cached_tokens = -1
         """Prompt tokens served from the prefix cache when first scheduled (-1 before)."""
         self.block_ids: list[int] = []

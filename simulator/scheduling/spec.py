@@ -168,9 +168,27 @@ class SpecScheduler(FastSteps, Scheduler):
 
     def add(self, seq: Sequence) -> None:
         """Append a new sequence to the tail of ``waiting``."""
+        if seq.output:
+            raise ValueError(f"sequence {seq.seq_id!r} is not new (status {seq.status.value})")
+        self._enqueue(seq)
+
+    def add_prefilled(self, seq: Sequence) -> None:
+        """Append a sequence that arrives with its prompt computed elsewhere (the KV of every
+        token but its last sampled one) to the tail of ``waiting``. It is admitted like any
+        head, when the blocks for that KV are free, and decodes its next token in that step;
+        a later preemption drops the KV as usual and recomputes it here."""
+        if not seq.output:
+            raise ValueError(f"sequence {seq.seq_id!r} has sampled no token: not prefilled")
+        if isinstance(self.blocks, KVCacheManager):
+            # admission starts from a cache lookup, which knows nothing of KV that came in
+            raise ValueError("prefilled sequences need prefix caching off")
+        self._enqueue(seq)
+        seq.num_computed = seq.num_tokens - 1
+
+    def _enqueue(self, seq: Sequence) -> None:
         if seq.seq_id in self._known:
             raise ValueError(f"sequence {seq.seq_id!r} was already added")
-        if seq.status is not SequenceStatus.WAITING or seq.num_computed or seq.num_output:
+        if seq.status is not SequenceStatus.WAITING or seq.num_computed:
             raise ValueError(f"sequence {seq.seq_id!r} is not new (status {seq.status.value})")
         reason = self.rejection_reason(seq)
         if reason is not None:

@@ -1,6 +1,10 @@
 """The public data files servesim reads (request traces, length tables, GPU profiles), pinned
 to a commit of their repository and verified by sha256: what ``servesim fetch`` downloads.
 
+Each file is saved under one name, everywhere: ``data/NAME`` (``DataFile.dest``) is where the
+scenarios read it, where ``servesim fetch`` writes it, and the name of our byte-exact copy in
+the developers' ``../shared/data`` (the tests look there first, then in ``data/``).
+
 A file is downloaded to a temporary file beside its destination, checked (size and sha256),
 and only then renamed into place, so the destination is either absent, the old file, or the
 verified new one, never a partial download.
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from simulator.errors import InputError, reason_of
+from simulator.output_file import nearest_existing
 from simulator.workload import llmservingsim_files as lss
 
 __all__ = [
@@ -82,7 +87,8 @@ class DataFile:
     sha256: str
     """Hex sha256 of the exact bytes."""
     dest: str
-    """Where it is saved, relative to the base directory (default ``data``)."""
+    """Where it is saved, relative to the base directory (default ``data``): our name for it,
+    the same in ``../shared/data``."""
     license: str
     """SPDX identifier of the file's licence."""
 
@@ -110,7 +116,7 @@ DATASETS: dict[str, DataFile] = {
             path="data/AzureLLMInferenceTrace_conv.csv",
             size=719188,
             sha256="2f1e5b666d4e3055fdbba98598ce2ec307767b9064e03e2fa46676dbcc7d0bf8",
-            dest="traces/AzureLLMInferenceTrace_conv.csv",
+            dest="azure2023_conv.csv",
             license="CC-BY-4.0",
         ),
         DataFile(
@@ -121,7 +127,7 @@ DATASETS: dict[str, DataFile] = {
             path="data/AzureLLMInferenceTrace_code.csv",
             size=320117,
             sha256="54e9a6d2a4bd06ba1e060304b900abbc74cbea53de96506e60fe5bb4f2277fb6",
-            dest="traces/AzureLLMInferenceTrace_code.csv",
+            dest="azure2023_code.csv",
             license="CC-BY-4.0",
         ),
         DataFile(
@@ -132,7 +138,7 @@ DATASETS: dict[str, DataFile] = {
             path="FAST25-release/traces/conversation_trace.jsonl",
             size=3029533,
             sha256="b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df",
-            dest="traces/mooncake_conversation_trace.jsonl",
+            dest="mooncake_fast25_conversation_trace.jsonl",
             license="Apache-2.0",
         ),
         DataFile(
@@ -144,7 +150,6 @@ DATASETS: dict[str, DataFile] = {
             path="data/processed_traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
             size=949600,
             sha256="6d6c296302a853e2669a674a96f269283e60c57e60363bd450588a1066919f9f",
-            # docs/workloads.md's example reads it from data/, not data/traces/
             dest="sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
             license="Apache-2.0",
         ),
@@ -156,7 +161,7 @@ DATASETS: dict[str, DataFile] = {
             path="data/perf_model.csv",
             size=127281,
             sha256="dbbe505d1d64fc4bd1ec03c50edf944643586de4f68a81e94cbd55dd5bdfbf41",
-            dest="profiles/splitwise_perf_model.csv",
+            dest="splitwise_perf_model.csv",
             license="MIT",
         ),
         DataFile(
@@ -167,7 +172,7 @@ DATASETS: dict[str, DataFile] = {
             path=f"{_VIDUR_DIR}/a100/meta-llama/Llama-2-7b-hf/mlp.csv",
             size=706614,
             sha256="2cfacca979f32e83257753cf6fd815a71af8ba9a7a9d0643b18d9f54e8a37688",
-            dest="profiles/vidur_a100_llama2-7b_mlp.csv",
+            dest="vidur_a100_llama2-7b_mlp.csv",
             license="MIT",
         ),
         DataFile(
@@ -178,7 +183,7 @@ DATASETS: dict[str, DataFile] = {
             path=f"{_VIDUR_DIR}/h100/meta-llama/Llama-2-7b-hf/mlp.csv",
             size=715469,
             sha256="b1a2def08857d10e5f66c3b5b2d046b6e8caed5c30b2bc920a0462598e3b2a59",
-            dest="profiles/vidur_h100_llama2-7b_mlp.csv",
+            dest="vidur_h100_llama2-7b_mlp.csv",
             license="MIT",
         ),
         DataFile(
@@ -189,7 +194,7 @@ DATASETS: dict[str, DataFile] = {
             path=f"{_VIDUR_DIR}/a100/meta-llama/Meta-Llama-3-8B/mlp.csv",
             size=1204856,
             sha256="98c26488298e324e89db7349e213f75c856ae83dc6b17548a68636d2cb5efff0",
-            dest="profiles/vidur_a100_llama3-8b_mlp.csv",
+            dest="vidur_a100_llama3-8b_mlp.csv",
             license="MIT",
         ),
         *lss.entries(DataFile),  # LLMServingSim's validation runs
@@ -309,9 +314,9 @@ def _download(entry: DataFile, url: str, dest: Path, progress: bool, timeout: fl
         # same directory as dest, so os.replace is an atomic rename, not a copy
         fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     except OSError as err:
-        raise InputError(
-            f"{entry.name}: cannot write into {dest.parent}: {reason_of(err)}"
-        ) from err
+        anchor = nearest_existing(dest.parent)
+        why = reason_of(err) if anchor.is_dir() else f"{anchor} is not a folder"
+        raise InputError(f"{entry.name}: cannot write into {dest.parent}: {why}") from err
     tmp = Path(name)
     try:
         with os.fdopen(fd, "wb") as handle:

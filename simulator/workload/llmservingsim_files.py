@@ -128,6 +128,13 @@ FILES: tuple[tuple[str, str, int, str], ...] = (  # noqa: E501 (the checksums do
             ),
             (
                 "RTX4090",
+                "timeseries.csv",
+                "vllm/timeseries.csv",
+                5656,
+                "f99d474f8d8a2c52f986fb27e46832a1627fc908d7570852b016573b89ab3173",
+            ),
+            (
+                "RTX4090",
                 "llmservingsim_summary.txt",
                 "validation/summary.txt",
                 1022,
@@ -149,6 +156,13 @@ FILES: tuple[tuple[str, str, int, str], ...] = (  # noqa: E501 (the checksums do
             ),
             (
                 "RTXPRO6000",
+                "timeseries.csv",
+                "vllm/timeseries.csv",
+                2003,
+                "de884551204aeb9c12d8bed0fa78a5eb6b85e1e0bb173e9664fd6e5f26998aed",
+            ),
+            (
+                "RTXPRO6000",
                 "llmservingsim_summary.txt",
                 "validation/summary.txt",
                 1022,
@@ -161,6 +175,26 @@ FILES: tuple[tuple[str, str, int, str], ...] = (  # noqa: E501 (the checksums do
         "workloads/sharegpt-llama-3.1-8b-300-sps10.jsonl",
         2574379,
         "05e48b32da530d4a3dd77f3d47c6fe694ac8308d611aa088e38bb10fba2b3b3a",
+    ),
+    # what the files mean, in LLMServingSim's words: the profile bundle's format, the bench
+    # runs and the workloads
+    (
+        "profile-format.md",
+        "docs/docs/profiler/output-bundle.md",
+        13668,
+        "01f5c83df7703afdd10c226996786cba902e6a952c93d355c180623818e804c7",
+    ),
+    (
+        "bench-README.md",
+        "bench/README.md",
+        9190,
+        "f75245d4836679aff6e43ff7189f91e7aecc20b60ea5317d502fe6e56b96c654",
+    ),
+    (
+        "workloads-README.md",
+        "workloads/README.md",
+        6673,
+        "cac55bce0e393eb51ccdb0d4924a1023b8bc7cf8b1166da709372f50f2cb99c6",
     ),
 )
 """Every file: where it is saved, where it comes from, its size and sha256 (those of the

@@ -29,6 +29,7 @@ from simulator.cost.features import FEATURES, FeatureScales
 from simulator.cost.fitted import FittedCostModel, FittedPreset, zero_time_steps
 from simulator.cost.presets import load_hardware, load_model
 from simulator.errors import InputError
+from simulator.output_file import write_text
 
 
 def calibrate(
@@ -117,8 +118,6 @@ def predict(preset: FittedPreset, meas: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_preset(preset: FittedPreset, path: Path | str) -> None:
-    """Write a preset YAML (plain types, fields in declaration order)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    """Write a preset YAML (plain types, fields in declaration order), atomically."""
     data = preset.model_dump(mode="json")
-    p.write_text(yaml.safe_dump(data, sort_keys=False, width=100))
+    write_text(path, yaml.safe_dump(data, sort_keys=False, width=100), label=str(path))

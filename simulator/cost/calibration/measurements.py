@@ -46,11 +46,24 @@ def read_csv(path: Path | str, what: str) -> pd.DataFrame:
             df = pd.read_csv(p, index_col=False)
     except pd.errors.ParserWarning:
         raise InputError(f"{what} {p}: {_long_row(p)}") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError:
+        raise InputError(f"{what} {p}: {_first_non_utf8(p)}") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise InputError(f"{what} {p}: not a readable CSV: {' '.join(str(exc).split())}") from None
     if df.empty:
         raise InputError(f"{what} {p}: no data rows")
     return df
+
+
+def _first_non_utf8(path: Path) -> str:
+    """Where a file stops being UTF-8 (pandas reports a position inside its read buffer)."""
+    raw = path.read_bytes()
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        return f"line {line}: not UTF-8 text (byte {raw[err.start]:#04x})"
+    return "not UTF-8 text"
 
 
 def _long_row(path: Path) -> str:

@@ -88,7 +88,7 @@ def _row_scales(r: Array, strata: Array) -> Array:
 
 def _irls(a: Array, x: Array, strata: Array, iters: int = 50) -> tuple[Array, Array]:
     """Iteratively reweighted NNLS from ``x`` with Tukey biweights on the log ratios."""
-    w = np.ones(a.shape[0])
+    w: Array = np.ones(a.shape[0])  # annotated: numpy 2.2 (Python 3.10) infers a 1-D shape type
     for _ in range(iters):
         # Weights from the log ratio (symmetric, see _log_start); the solve itself is in
         # relative error, which the log ratio approximates for the rows that keep weight.

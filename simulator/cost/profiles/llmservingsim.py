@@ -13,14 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from simulator.cost.profiles.attention import AttentionTable
 from simulator.cost.profiles.csvfile import read_columns
 from simulator.cost.profiles.curve import Curve
 from simulator.cost.profiles.profile import OperatorProfile
 from simulator.cost.profiles.skew import read_skew
 from simulator.errors import InputError
+from simulator.yaml_file import read_yaml_file
 
 _US = 1e-6
 
@@ -74,14 +73,10 @@ def read_llmservingsim(path: str | Path, tp: int) -> OperatorProfile:
 
 
 def _meta(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found (every bundle has a meta.yaml)") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{path}{where}: invalid YAML") from None
+    if not path.is_file():
+        raise InputError(f"{path}: file not found (every bundle has a meta.yaml)")
+    # strictly, as a scenario: UTF-8 only, a key given twice is an error naming its line
+    data = read_yaml_file(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping of keys")
     return data

@@ -1,0 +1,191 @@
+"""``servesim capacity``: the highest load at which a scenario still meets an SLO."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from simulator.cli.common import (
+    Subparsers,
+    add_backend_args,
+    add_format_arg,
+    add_scenario_args,
+    results_folder,
+)
+
+if TYPE_CHECKING:
+    from simulator.explore.capacity import ProbeReport
+    from simulator.explore.probe import Load
+
+
+def add_slo_args(p: argparse.ArgumentParser) -> None:
+    """``--slo``, ``--attain``, ``--seeds``, ``--tolerance``: what a capacity must meet."""
+    p.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="TERMS",
+        help="bounds on run statistics, <metric>_<stat>_ms=<bound> (metric: ttft, tpot, itl, "
+        "e2e, queue_delay; stat: mean or pNN), e.g. ttft_p99_ms=500,tpot_p99_ms=50; or "
+        "per-request limits <metric>_ms=<limit> with --attain. Default: the scenario's slo: "
+        "met by 99%% of requests",
+    )
+    p.add_argument(
+        "--attain",
+        type=float,
+        metavar="SHARE",
+        help="goodput attainment: at least this share of requests meet every per-request "
+        "limit (--slo ttft_ms=...,tpot_ms=..., or the scenario's slo:), e.g. 0.99",
+    )
+    p.add_argument(
+        "--seeds", type=int, default=1, help="seeds per probe; each must meet the SLO (default 1)"
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.02,
+        help="stop when the bracket's relative width is at most this (default 0.02)",
+    )
+
+
+def register(subparsers: Subparsers) -> argparse.ArgumentParser:
+    """Add the ``capacity`` command."""
+    p = subparsers.add_parser(
+        "capacity",
+        help="the most load a scenario serves within an SLO",
+        description=run.__doc__,
+    )
+    add_scenario_args(p)
+    add_slo_args(p)
+    p.add_argument(
+        "--start",
+        type=float,
+        help="first load probed: req/s, or a trace's time_scale (default: the scenario's)",
+    )
+    add_backend_args(p)
+    p.add_argument("--out", help="output folder (default: results/<name>-capacity/<timestamp>/)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
+    p.add_argument("--no-plots", action="store_true", help="skip drawing the figure")
+    add_format_arg(p)
+    return p
+
+
+def check_search_args(args: argparse.Namespace) -> None:
+    """Refuse nonsense numbers in one line before anything runs."""
+    from simulator.errors import InputError
+
+    if args.seeds < 1:
+        raise InputError(f"--seeds {args.seeds}: must be >= 1")
+    if not 0 < args.tolerance < 1:
+        raise InputError(f"--tolerance {args.tolerance}: must be in (0, 1)")
+    if getattr(args, "start", None) is not None and not args.start > 0:
+        raise InputError(f"--start {args.start}: must be > 0")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Find the highest arrival rate (or trace time_scale) at which the scenario meets the
+    SLO: bracketing then bisection to --tolerance, probes that can no longer meet the SLO cut
+    short. Writes capacity.json (capacity, bracket, every probe), probes.parquet and a figure
+    of latency against load."""
+    from simulator.explore.backends import check_backend
+    from simulator.explore.capacity import capacity_search
+    from simulator.explore.driver import drive
+    from simulator.explore.probe import ProbeSpec, load_for, probe_scenario
+    from simulator.explore.slo import make_target
+    from simulator.explore.sweep import sweep_base
+    from simulator.results.outdir import check_out_dir
+    from simulator.results.writer import write_capacity
+
+    check_search_args(args)
+    check_backend(args.backend, args.jobs, args.address)
+    base, cfg = sweep_base(args.scenario, args.set, {})
+    slo = cfg.slo.model_dump() if cfg.slo is not None else None
+    target = make_target(args.slo, args.attain, slo)
+    load = load_for(cfg, args.start)
+    seeds = [cfg.seed + i for i in range(args.seeds)]
+    first = ProbeSpec(base, args.scenario, load, load.start, cfg.seed, target)
+    _validate_probe(probe_scenario(first), args.scenario)
+    if args.out:
+        check_out_dir(Path(args.out), args.overwrite)
+    print(f"{cfg.name}: capacity under {target.describe()}", file=sys.stderr)
+    search = capacity_search(
+        base, args.scenario, target, load, seeds, args.tolerance, on_probe=_reporter(load)
+    )
+    with results_folder(args.out, args.overwrite, f"{cfg.name}-capacity") as (out, tmp):
+        with _backend(args, len(seeds)) as backend:
+            found = drive([search], backend)[0]
+        result = _json(found.to_json(), cfg.name, args, target, seeds)
+        write_capacity(result, tmp, _scenario_yaml(cfg, args), not args.no_plots, args.format)
+    print(_summary_line(cfg.name, found, out))
+    return 0 if found.outcome == "found" else 1
+
+
+def _validate_probe(data: dict[str, Any], source: str) -> None:
+    """The first probe's scenario is valid (and its presets resolve), before any run."""
+    from simulator.config import validate
+    from simulator.runner import resolve
+
+    resolve(validate(data, source))
+
+
+def _backend(args: argparse.Namespace, units: int) -> Any:
+    from simulator.explore.backends import make_backend
+
+    jobs = args.jobs
+    if args.backend == "local" and jobs == 0:
+        jobs = units  # a capacity search runs one probe (its seeds) at a time
+    return make_backend(args.backend, jobs, args.address)
+
+
+def _reporter(load: Load) -> Any:
+    def report(r: ProbeReport) -> None:
+        verdict = "meets the SLO" if r.meets else "misses the SLO"
+        cut = f" (cut short in {r.cut_short} run(s))" if r.cut_short else ""
+        lo = "-" if r.meets_at is None else load.describe(r.meets_at)
+        hi = "-" if r.fails_at is None else load.describe(r.fails_at)
+        print(
+            f"  probe {r.index + 1}: {load.describe(r.level)} {verdict}{cut}; "
+            f"meets at {lo}, misses at {hi}",
+            file=sys.stderr,
+        )
+
+    return report
+
+
+def _json(
+    found: dict[str, Any], name: str, args: argparse.Namespace, target: Any, seeds: list[int]
+) -> dict[str, Any]:
+    head = {"scenario_name": name, "scenario": args.scenario, "set": args.set}
+    head.update(slo=target.to_json(), seeds=seeds, backend=args.backend)
+    return {**head, **found}
+
+
+def _scenario_yaml(cfg: Any, args: argparse.Namespace) -> str:
+    from simulator.config import dump_scenario
+
+    head = [f"# base scenario of a capacity search: {args.scenario}"]
+    head += [f"#   --set {item}" for item in args.set]
+    head.append("# each probe sets the load and the seed (capacity.json: probes)")
+    return "\n".join(head) + "\n" + dump_scenario(cfg)
+
+
+def _summary_line(name: str, found: Any, out: Path) -> str:
+    """The answer in one line: capacity, bracket, runs used, where the results are."""
+    load = found.load
+    runs = f"{found.num_probes} probes, {len(found.probes)} simulations"
+    cut = sum(p["cut_short"] is not None for p in found.probes)
+    runs += f" ({cut} cut short)" if cut else ""
+    if found.outcome == "none":
+        answer = f"the SLO is missed even at {load.describe(found.fails_at)}"
+    elif found.outcome == "unbounded":
+        answer = f"the SLO holds at every load tried, up to {load.describe(found.meets_at)}"
+    else:
+        hi = "-" if found.fails_at is None else load.describe(found.fails_at)
+        stopped = "" if found.outcome == "found" else f" (stopped: {found.outcome})"
+        answer = (
+            f"capacity {load.describe(found.meets_at)}{stopped} (meets the SLO there, misses "
+            f"at {hi}; tolerance {found.tolerance:.0%})"
+        )
+    return f"{name}: {answer}; {runs}; results in {out}"

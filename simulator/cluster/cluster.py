@@ -1,0 +1,353 @@
+"""A cluster: replicas (each a ``Server``) behind a router on one simpy clock, optionally with
+prefill and decode on separate replicas and the KV moving between them over a link.
+
+When a request is routed, and what the router sees (also in docs/cluster.md):
+
+- A request is routed ``routing_delay_ms`` after it arrives and handed to its replica at once.
+- A router that reads no state (``round_robin``, ``random``) is asked for every request before
+  the run: each replica then gets its share through its own arrival process, exactly as a
+  single server gets its workload (one replica behind such a router *is* a single server).
+- A router that reads state decides at the routing instant, after every replica has handled
+  the step boundaries that fall on that instant (a zero-delay timeout puts the decision behind
+  them: simpy runs same-time events first in, first out). It sees each replica as a
+  step-by-step run shows it then: a step in flight is planned, not yet applied.
+- A replica's deferred decode steps never start at or after an instant at which something
+  may be handed to it or its state read: the next routing instant for a state-reading router,
+  its own next request otherwise; a decode replica also stops at the earliest instant a prefill
+  could end and at the landing of each KV transfer on its way.
+- Disaggregated: the prefill replica samples the first token (TTFT ends there); the decode
+  replica is chosen when the prefill ends; the KV (``prompt_len`` tokens) then takes
+  ``bytes / bandwidth + latency`` on the link after the transfers booked before it; the
+  request joins the decode replica's queue when it lands (after that instant's step
+  boundaries) and decodes once that replica has blocks for it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable
+
+import numpy as np
+import simpy
+
+from simulator.cluster.config import GroupSpec
+from simulator.cluster.kv_link import KVLink
+from simulator.cluster.replica import Replica
+from simulator.cluster.router import Request, Router, prefix_keys
+from simulator.cluster.routers import make_router
+from simulator.cluster.tables import ClusterRecords, cluster_result
+from simulator.cost import build_cost_model
+from simulator.engine.result import SimulationResult
+from simulator.engine.server import Server
+from simulator.engine.step_sink import make_sink
+from simulator.engine.tokens import sample, sample_many
+from simulator.errors import InputError
+from simulator.metrics import DEFAULT_PERCENTILES
+from simulator.scheduling import make_scheduler
+from simulator.scheduling.sequence import Sequence
+from simulator.workload.workload import Workload
+
+INF = math.inf
+
+
+class Cluster:
+    """One run of a workload through a cluster; results like a ``Simulation``'s, plus the
+    replica of each request and step and a table of per-replica figures."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        groups: list[GroupSpec],
+        router: str,
+        seed: int,
+        *,
+        routing_delay_s: float = 0.0,
+        affinity_margin: int = 0,
+        link: KVLink | None = None,
+        kv_bytes_per_token: int = 0,
+        slo: dict[str, float | None] | None = None,
+        progress: Callable[[int], object] | None = None,
+        fast_decode: bool = True,
+        percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
+        steps: str = "full",
+    ) -> None:
+        self.workload, self.slo, self.link = workload, slo, link
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.percentiles = percentiles
+        self.env = simpy.Environment()
+        self.progress = progress
+        self.records = ClusterRecords(workload)
+        self.replicas: list[Replica] = []
+        for spec in groups:
+            self._add_group(spec, progress, fast_decode, steps)
+        self.entry = [r for r in self.replicas if r.role != "decode"]
+        """The replicas requests are routed to at arrival."""
+        self.decode = [r for r in self.replicas if r.role == "decode"]
+        groups_of: dict[str, list[Replica]] = {}
+        for r in self.entry:
+            groups_of.setdefault(r.group, []).append(r)
+        self._entry_groups = list(groups_of.values())
+        # the workload's stream is child 0, as in a single-server run
+        streams = np.random.SeedSequence(seed).spawn(3)
+        self.router = make_router(router, np.random.default_rng(streams[1]), affinity_margin)
+        self.decode_router = make_router(router, np.random.default_rng(streams[2]), affinity_margin)
+        self.routing_delay_s = routing_delay_s
+        self.by_state = self.router.reads_state and len(self.entry) > 1
+        """Route at each routing instant (the router reads state) rather than up front."""
+        self._next_at = [INF] * len(self.replicas)  # per replica: its next request's instant
+        self._next_route = INF  # the next routing instant (routing by state)
+        self._pending: list[list[float]] = [[] for _ in self.replicas]  # KV landings on the way
+        self._transfers = 0  # KV transfers booked and not landed
+        self._prefill_over = False  # every prefill replica has stopped
+        for r in self.replicas:
+            r.server.next_arrival = self._bound(r)
+            if r.role == "prefill":
+                r.server.retire = self._prefill_retire(r)
+            elif self.by_state or self.decode_router.reads_state and r.role == "decode":
+                r.server.retire = self._counting_retire(r)
+
+    def _add_group(
+        self,
+        spec: GroupSpec,
+        progress: Callable[[int], object] | None,
+        fast_decode: bool,
+        steps: str,
+    ) -> None:
+        try:
+            cost = build_cost_model(spec.cost_model)
+        except InputError as err:
+            raise InputError(f"{spec.field}.{err}") from None
+        for _ in range(spec.count):
+            k = len(self.replicas)
+            scheduler = make_scheduler(spec.scheduler, sample, sample_many)
+            rec = self.records.recorder_for(scheduler.num_blocks, make_sink(steps, None))
+            server = Server(
+                self.env,
+                scheduler,
+                cost,
+                rec,
+                next_arrival=lambda: INF,
+                progress=progress,
+                # a prefill replica hands each finished prompt on at the clock's instant (its
+                # transfer starts then), so its steps must not run ahead of the clock
+                fast_decode=fast_decode and spec.role != "prefill",
+            )
+            self.replicas.append(Replica(k, spec.name, spec.role, server))
+
+    # -- what bounds a replica's deferred decode steps -------------------------------------
+
+    def _bound(self, r: Replica) -> Callable[[], float]:
+        if r.role == "decode":
+            return lambda: self._decode_bound(r.index)
+        if self.by_state:
+            return lambda: self._next_route
+        nxt, k = self._next_at, r.index
+        return lambda: nxt[k]
+
+    def _decode_bound(self, k: int) -> float:
+        """The earliest instant a request may be handed to decode replica ``k`` or its state
+        read: a KV landing on its way, or the end of a prefill."""
+        pending = self._pending[k]
+        bound = min(pending) if pending else INF
+        now = self.env.now
+        for p in self.entry:
+            s = p.server
+            if s.step_end >= now:
+                soonest = s.step_end
+            elif s.scheduler.has_work():
+                soonest = now
+            else:  # idle: its next prefill ends after its next request comes
+                soonest = self._next_route if self.by_state else self._next_at[p.index]
+            bound = min(bound, soonest)
+        return bound
+
+    # -- retiring ----------------------------------------------------------------------------
+
+    def _counting_retire(self, r: Replica) -> Callable[[list[Sequence], float], None]:
+        record = r.server.record_finished
+
+        def retire(done: list[Sequence], end: float) -> None:
+            record(done, end)
+            r.finished(sum(s.prompt_len for s in done), end)
+
+        return retire
+
+    def _prefill_retire(self, r: Replica) -> Callable[[list[Sequence], float], None]:
+        output_len = self.records.output_len
+
+        def retire(done: list[Sequence], end: float) -> None:
+            finished = [s for s in done if output_len[s.seq_id] == 1]  # type: ignore[call-overload]
+            if finished:
+                r.server.record_finished(finished, end)
+            r.finished(sum(s.prompt_len for s in done), end)
+            for seq in done:
+                if output_len[seq.seq_id] > 1:  # type: ignore[call-overload]
+                    self._transfers += 1
+                    self.env.process(self._transfer(r, seq))
+
+        return retire
+
+    # -- arrivals ----------------------------------------------------------------------------
+
+    def _eligible(self, i: int) -> list[Replica] | None:
+        """The replicas request ``i`` fits in (None: none; its rejection is recorded)."""
+        rec = self.records
+        seq = self._sequence(i, rec.output_len[i])
+        if self.decode:  # it must fit a decode replica to be worth a prefill
+            reason = self.decode[0].server.scheduler.rejection_reason(seq)
+            if reason is not None:
+                self._reject(i, f"decode replicas: {reason}")
+                return None
+            seq = self._sequence(i, 1)
+        fits: list[Replica] = []
+        reasons: list[tuple[int, str]] = []
+        for group in self._entry_groups:
+            reason = group[0].server.scheduler.rejection_reason(seq)
+            if reason is None:
+                fits.extend(group)
+            else:
+                s = group[0].server.scheduler
+                reasons.append((s.num_blocks * s.block_size, reason))
+        if not fits:
+            why = max(reasons)[1]
+            self._reject(i, why if len(reasons) == 1 else f"fits no replica: {why}")
+            return None
+        return fits
+
+    def _reject(self, i: int, reason: str) -> None:
+        self.records.reject(i, reason)
+        if self.progress is not None:
+            self.progress(1)
+
+    def _route_instants(self) -> list[float]:
+        arrival = self.workload.arrival_s
+        return (
+            (arrival + self.routing_delay_s).tolist() if self.routing_delay_s else arrival.tolist()
+        )
+
+    def _submit(self, r: Replica, i: int) -> None:
+        rec = self.records
+        p, o = rec.prompt_len[i], rec.output_len[i]
+        rec.routed_to[i] = r.index
+        if r.role == "prefill":
+            rec.prefill_replica[i] = r.index
+            r.routed(p, 1)
+            r.server.submit(self._sequence(i, 1))
+        else:
+            r.routed(p, o)
+            r.server.submit(self._sequence(i, o))
+
+    def _sequence(self, i: int, max_tokens: int, output: list[int] | None = None) -> Sequence:
+        """Request ``i`` as a replica's scheduler takes it (``max_tokens`` 1 on a prefill
+        replica; on a decode replica with the ``output`` sampled at the prefill)."""
+        w = self.workload
+        return Sequence(
+            i,
+            self.records.prompt_len[i],
+            max_tokens,
+            priority=0 if w.priority is None else int(w.priority[i]),
+            prompt_runs=None if w.prompt_runs is None else w.prompt_runs.runs(i),
+            output=output or (),
+        )
+
+    def _request(self, i: int, router: Router) -> Request:
+        rec, runs = self.records, self.workload.prompt_runs
+        prefix: tuple[Hashable, ...] = ()
+        if router.uses_prefix and runs is not None:
+            prefix = prefix_keys(runs.runs(i), self.entry[0].server.scheduler.block_size)
+        return Request(i, rec.arrival_s[i], rec.prompt_len[i], rec.output_len[i], prefix)
+
+    def _share(self, r: Replica, items: list[tuple[float, int]]) -> simpy.events.ProcessGenerator:
+        """Replica ``r``'s requests, routed up front, as a single server's arrivals."""
+        env, nxt, k = self.env, self._next_at, r.index
+        for t, i in items:
+            if t > env.now:
+                # the instant simpy will resume us (now + delay): deferred steps stop there
+                nxt[k] = env.now + (t - env.now)
+                yield env.timeout(t - env.now)
+            self._submit(r, i)
+        nxt[k] = INF
+        r.server.close()
+
+    def _shares(self) -> list[list[tuple[float, int]]]:
+        shares: list[list[tuple[float, int]]] = [[] for _ in self.replicas]
+        for i, t in enumerate(self._route_instants()):
+            fits = self._eligible(i)
+            if fits is not None:
+                shares[self.router.choose(self._request(i, self.router), fits).index].append((t, i))
+        for r, items in zip(self.replicas, shares, strict=True):
+            self._next_at[r.index] = items[0][0] if items else INF
+        return shares
+
+    def _routing(self) -> simpy.events.ProcessGenerator:
+        """Route each request at its routing instant, from the state visible then."""
+        env = self.env
+        instants = self._route_instants()
+        self._next_route = instants[0] if instants else INF
+        for i, t in enumerate(instants):
+            if t > env.now:
+                self._next_route = env.now + (t - env.now)
+                yield env.timeout(t - env.now)
+                yield env.timeout(0)  # behind the replicas' step boundaries at this instant
+            elif i == 0:
+                yield env.timeout(0)
+            fits = self._eligible(i)
+            if fits is not None:
+                self._submit(self.router.choose(self._request(i, self.router), fits), i)
+        self._next_route = INF
+        for r in self.entry:
+            r.server.close()
+
+    # -- disaggregation ----------------------------------------------------------------------
+
+    def _transfer(self, prefill: Replica, seq: Sequence) -> simpy.events.ProcessGenerator:
+        """Hand a prefilled request to a decode replica: route, move its KV, submit."""
+        env, rec = self.env, self.records
+        assert self.link is not None
+        yield env.timeout(0)  # behind the decode replicas' step boundaries at this instant
+        i: int = seq.seq_id  # type: ignore[assignment]
+        dec = self.decode_router.choose(self._request(i, self.decode_router), self.decode)
+        dec.routed(seq.prompt_len, rec.output_len[i] - len(seq.output))
+        dec.num_incoming += 1
+        ready = env.now
+        start, end = self.link.book(ready, seq.prompt_len * self.kv_bytes_per_token)
+        landing = ready + (end - ready)  # where simpy's timeout will land
+        self._pending[dec.index].append(landing)
+        rec.handoff(i, prefill.index, dec.index, seq.num_preemptions, ready, start, end)
+        yield env.timeout(end - ready)
+        yield env.timeout(0)  # behind the decode replica's step boundaries at this instant
+        self._pending[dec.index].remove(landing)
+        dec.num_incoming -= 1
+        rec.routed_to[i] = dec.index
+        decode_seq = self._sequence(i, rec.output_len[i], seq.output)
+        dec.server.submit(decode_seq, prefilled=True)
+        self._transfers -= 1
+        if self._prefill_over and not self._transfers:
+            self._close_decode()
+
+    def _close_decode(self) -> None:
+        for r in self.decode:
+            r.server.close()
+
+    def _after_prefill(self, procs: list[simpy.Process]) -> simpy.events.ProcessGenerator:
+        yield self.env.all_of(procs)
+        self._prefill_over = True
+        if not self._transfers:
+            self._close_decode()
+
+    # -- the run -----------------------------------------------------------------------------
+
+    def run(self) -> SimulationResult:
+        """Simulate until every request has finished or been rejected."""
+        env = self.env
+        if self.by_state:
+            env.process(self._routing())
+        else:
+            for r, items in zip(self.replicas, self._shares(), strict=True):
+                if r.role != "decode":
+                    env.process(self._share(r, items))
+        procs = [env.process(r.server.run()) for r in self.replicas]
+        if self.decode:
+            env.process(self._after_prefill(procs[: len(self.entry)]))
+        env.run()
+        return cluster_result(self.records, self.replicas, self.slo, self.percentiles)

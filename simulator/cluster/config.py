@@ -1,0 +1,150 @@
+"""A scenario's ``cluster:``: how many replicas, of what kind, behind which router, and
+optionally prefill/decode disaggregation with the KV link between the two pools."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from simulator.cost import CostModelConfig
+from simulator.scheduling.config import SchedulerConfig
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class ReplicaGroup(_Model):
+    """Identical replicas: each one has its own scheduler, KV cache and step loop."""
+
+    count: int = Field(default=1, ge=1)
+    """How many replicas of this kind."""
+    name: str | None = None
+    """Label in the tables and plots (default: ``group<i>``, ``prefill`` or ``decode``)."""
+    scheduler: SchedulerConfig | None = None
+    """This group's scheduler; omit to use the scenario's ``scheduler``."""
+    cost_model: CostModelConfig | None = None
+    """This group's step times (its GPUs); omit to use the scenario's ``cost_model``."""
+
+
+class KVTransferConfig(_Model):
+    """The link that carries a request's KV cache from its prefill to its decode replica.
+    Transfers share it one at a time, first come first served."""
+
+    bandwidth_gbps: float = Field(gt=0, allow_inf_nan=False)
+    """Link bandwidth in gigabits per second (400 for one 400 Gb/s NIC)."""
+    latency_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Fixed time of each transfer on top of bytes / bandwidth, ms."""
+    kv_bytes_per_token: int | None = Field(default=None, ge=1)
+    """KV bytes of one token over all layers; omit to take it from the model preset of the
+    prefill group's cost model (required with a linear cost model)."""
+
+
+class DisaggregationConfig(_Model):
+    """Prefill/decode disaggregation: a request prefills (and samples its first token) on a
+    prefill replica, its KV moves over the link, and it decodes on a decode replica."""
+
+    prefill: ReplicaGroup
+    """The replicas that run prefills."""
+    decode: ReplicaGroup
+    """The replicas that decode."""
+    kv_transfer: KVTransferConfig
+    """The link between them."""
+
+
+class ClusterConfig(_Model):
+    """Replicas behind a router on one simulated clock."""
+
+    replicas: int | list[ReplicaGroup] | None = None
+    """A count of identical replicas (the scenario's scheduler and cost model), or a list of
+    replica groups (a heterogeneous fleet); not with ``disaggregation``."""
+    router: str = "round_robin"
+    """How a request picks its replica: ``round_robin``, ``random``, ``least_outstanding``,
+    ``least_tokens``, ``least_kv``, ``power_of_two``, ``prefix_affinity`` (or a router
+    registered in ``simulator.cluster.routers.ROUTERS``). Under disaggregation it picks the
+    prefill replica at arrival and the decode replica when the prefill ends."""
+    routing_delay_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Time between a request's arrival and its routing (and hand-over to the replica), ms."""
+    affinity_margin: int = Field(default=4, ge=0)
+    """``prefix_affinity``: how many more requests in flight than the least loaded replica the
+    replica with the longest cached prefix may have and still be chosen."""
+    disaggregation: DisaggregationConfig | None = None
+    """Separate prefill and decode replicas (instead of ``replicas``)."""
+
+    @field_validator("replicas")
+    @classmethod
+    def _some_replica(
+        cls, value: int | list[ReplicaGroup] | None
+    ) -> int | list[ReplicaGroup] | None:
+        if value is not None and (value if isinstance(value, int) else len(value)) < 1:
+            raise ValueError("a cluster needs at least one replica")
+        return value
+
+    @field_validator("router")
+    @classmethod
+    def _known_router(cls, value: str) -> str:
+        from simulator.cluster.routers import ROUTERS
+
+        if value not in ROUTERS:
+            raise ValueError(f"unknown router {value!r}; known: {', '.join(ROUTERS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_layout(self) -> ClusterConfig:
+        if self.replicas is None and self.disaggregation is None:
+            raise ValueError("no replica: set replicas (a count or groups) or disaggregation")
+        if self.replicas is not None and self.disaggregation is not None:
+            raise ValueError("replicas and disaggregation exclude each other")
+        return self
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One replica group with the scenario's defaults filled in."""
+
+    name: str
+    role: str
+    """``colocated``, ``prefill`` or ``decode``."""
+    count: int
+    scheduler: SchedulerConfig
+    cost_model: CostModelConfig
+    field: str
+    """Where the group is in the scenario (for error messages)."""
+
+
+def replica_groups(
+    cluster: ClusterConfig, scheduler: SchedulerConfig, cost_model: CostModelConfig
+) -> list[GroupSpec]:
+    """Every replica group in replica order (prefill before decode), defaults filled in."""
+    if cluster.disaggregation is not None:
+        d = cluster.disaggregation
+        named = [("prefill", d.prefill, "cluster.disaggregation.prefill")]
+        named.append(("decode", d.decode, "cluster.disaggregation.decode"))
+        return [_spec(g, role, role, scheduler, cost_model, f) for role, g, f in named]
+    if isinstance(cluster.replicas, int):
+        group = ReplicaGroup(count=cluster.replicas)
+        return [_spec(group, "group0", "colocated", scheduler, cost_model, "cluster")]
+    assert cluster.replicas is not None
+    return [
+        _spec(g, f"group{i}", "colocated", scheduler, cost_model, f"cluster.replicas.{i}")
+        for i, g in enumerate(cluster.replicas)
+    ]
+
+
+def _spec(
+    group: ReplicaGroup,
+    default_name: str,
+    role: str,
+    scheduler: SchedulerConfig,
+    cost_model: CostModelConfig,
+    field: str,
+) -> GroupSpec:
+    return GroupSpec(
+        name=group.name or default_name,
+        role=role,
+        count=group.count,
+        scheduler=group.scheduler or scheduler,
+        cost_model=group.cost_model or cost_model,
+        field=field,
+    )

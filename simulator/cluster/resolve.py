@@ -1,0 +1,136 @@
+"""From a scenario's ``cluster:`` to a ``Cluster``: every group's KV budget and the KV bytes
+per token filled in (so the saved scenario says what ran), then the replicas built."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from simulator.cluster.cluster import Cluster
+from simulator.cluster.config import ClusterConfig, ReplicaGroup, replica_groups
+from simulator.cluster.kv_link import KVLink
+from simulator.cost import CostModelConfig, RooflineCostConfig, build_cost_model
+from simulator.cost.fitted import FittedCostConfig, load_preset
+from simulator.cost.presets import load_model
+from simulator.errors import InputError, in_field
+from simulator.scheduling.config import SchedulerConfig
+from simulator.workload.workload import Workload
+
+if TYPE_CHECKING:
+    from simulator.config import ScenarioConfig
+
+NumBlocks = Callable[[SchedulerConfig, CostModelConfig, str], int]
+
+
+def _resolve_group(
+    group: ReplicaGroup, cfg: ScenarioConfig, field: str, blocks: NumBlocks
+) -> ReplicaGroup:
+    """A group with its own scheduler or GPUs gets its own KV budget."""
+    if group.scheduler is None and group.cost_model is None:
+        return group  # the scenario's scheduler, resolved with the scenario
+    scheduler = group.scheduler or cfg.scheduler
+    if scheduler.num_blocks is None:
+        cm = group.cost_model or cfg.cost_model
+        num = blocks(scheduler, cm, f"{field}.")
+        scheduler = scheduler.model_copy(update={"num_blocks": num})
+    return group.model_copy(update={"scheduler": scheduler})
+
+
+def kv_bytes_per_token(cm: CostModelConfig, field: str) -> int:
+    """KV bytes of one token of the model a cost model is for."""
+    if isinstance(cm, RooflineCostConfig):
+        return in_field(f"{field}.cost_model.model", load_model, cm.model).kv_bytes_per_token
+    if isinstance(cm, FittedCostConfig):
+        preset = in_field(f"{field}.cost_model.path", load_preset, cm.path)
+        return in_field(f"{field}.cost_model.path", load_model, preset.model).kv_bytes_per_token
+    raise InputError(
+        "cluster.disaggregation.kv_transfer.kv_bytes_per_token: required with a linear cost "
+        "model (roofline and fitted models take it from their model preset)"
+    )
+
+
+def resolve_cluster(cfg: ScenarioConfig, blocks: NumBlocks) -> ClusterConfig:
+    """``cfg.cluster`` with every group's ``num_blocks`` and the KV bytes per token filled in."""
+    cluster = cfg.cluster
+    assert cluster is not None
+    if isinstance(cluster.replicas, list):
+        groups = [
+            _resolve_group(g, cfg, f"cluster.replicas.{i}", blocks)
+            for i, g in enumerate(cluster.replicas)
+        ]
+        return cluster.model_copy(update={"replicas": groups})
+    d = cluster.disaggregation
+    if d is None:
+        return cluster
+    where = "cluster.disaggregation"
+    link = d.kv_transfer
+    if link.kv_bytes_per_token is None:
+        per_token = kv_bytes_per_token(d.prefill.cost_model or cfg.cost_model, f"{where}.prefill")
+        link = link.model_copy(update={"kv_bytes_per_token": per_token})
+    decode = d.decode.scheduler or cfg.scheduler
+    if decode.policy != "spec" or decode.enable_prefix_caching:
+        field = f"{where}.decode.scheduler" if d.decode.scheduler else "scheduler"
+        raise InputError(
+            f"{field}: decode replicas take KV computed elsewhere, which only the spec policy "
+            f"without prefix caching simulates yet (policy {decode.policy}, prefix caching "
+            f"{'on' if decode.enable_prefix_caching else 'off'})"
+        )
+    d = d.model_copy(
+        update={
+            "prefill": _resolve_group(d.prefill, cfg, f"{where}.prefill", blocks),
+            "decode": _resolve_group(d.decode, cfg, f"{where}.decode", blocks),
+            "kv_transfer": link,
+        }
+    )
+    return cluster.model_copy(update={"disaggregation": d})
+
+
+def check_cluster(cfg: ScenarioConfig) -> None:
+    """Build every group's cost model (what a run would fail on first), naming the group."""
+    assert cfg.cluster is not None
+    for spec in replica_groups(cfg.cluster, cfg.scheduler, cfg.cost_model):
+        try:
+            build_cost_model(spec.cost_model)
+        except InputError as err:
+            raise InputError(f"{spec.field}.{err}") from None
+
+
+def build_cluster(
+    cfg: ScenarioConfig,
+    workload: Workload,
+    slo: dict[str, float | None] | None,
+    progress: Callable[[int], object] | None,
+    fast_decode: bool,
+    steps: str = "full",
+) -> Cluster:
+    """The cluster a resolved scenario describes (its step table kept in memory, or sampled
+    or dropped as ``steps`` says)."""
+    cluster = cfg.cluster
+    assert cluster is not None
+    if cfg.serving != type(cfg.serving)():
+        raise InputError("serving: serving overheads are not simulated in a cluster yet")
+    if cfg.workload.max_concurrency is not None:
+        raise InputError(
+            "workload.max_concurrency: a closed loop is not simulated in a cluster yet"
+        )
+    link, per_token = None, 0
+    if cluster.disaggregation is not None:
+        kv = cluster.disaggregation.kv_transfer
+        assert kv.kv_bytes_per_token is not None, "resolve the scenario first"
+        link = KVLink(kv.bandwidth_gbps * 1e9 / 8, kv.latency_ms * 1e-3)
+        per_token = kv.kv_bytes_per_token
+    return Cluster(
+        workload,
+        replica_groups(cluster, cfg.scheduler, cfg.cost_model),
+        cluster.router,
+        cfg.seed,
+        routing_delay_s=cluster.routing_delay_ms * 1e-3,
+        affinity_margin=cluster.affinity_margin,
+        link=link,
+        kv_bytes_per_token=per_token,
+        slo=slo,
+        progress=progress,
+        fast_decode=fast_decode,
+        percentiles=cfg.metrics.percentiles,
+        steps=steps,
+    )

@@ -1,0 +1,125 @@
+"""The routers ``cluster.router`` names. Ties go to the lowest replica index, so a choice
+depends on nothing but the state and the router's own random stream."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+from simulator.cluster.replica import Replica
+from simulator.cluster.router import Request, Router
+
+
+class RoundRobin(Router):
+    """Each replica in turn (skipping those a request does not fit in)."""
+
+    reads_state = False
+
+    def __init__(self, rng: np.random.Generator, affinity_margin: int = 0) -> None:
+        super().__init__(rng, affinity_margin)
+        self._next = 0  # the replica index whose turn it is
+
+    def choose(self, request: Request, replicas: Sequence[Replica]) -> Replica:
+        """The first replica at or after the one whose turn it is."""
+        pick = next((r for r in replicas if r.index >= self._next), replicas[0])
+        self._next = pick.index + 1
+        return pick
+
+
+class Random(Router):
+    """A replica drawn uniformly from the router's own stream."""
+
+    reads_state = False
+
+    def choose(self, request: Request, replicas: Sequence[Replica]) -> Replica:
+        """A uniform draw."""
+        return replicas[int(self.rng.integers(len(replicas)))]
+
+
+class LeastOutstanding(Router):
+    """The replica with the fewest requests in flight (running, waiting or on their way)."""
+
+    def choose(self, request: Request, replicas: Sequence[Replica]) -> Replica:
+        """Fewest outstanding requests."""
+        return min(replicas, key=lambda r: r.num_outstanding)
+
+
+class LeastTokens(Router):
+    """The replica with the fewest tokens of work in flight: prompt plus output still to
+    sample, over its outstanding requests."""
+
+    def choose(self, request: Request, replicas: Sequence[Replica]) -> Replica:
+        """Fewest tokens of work."""
+        return min(replicas, key=lambda r: r.num_tokens)
+
+
+class LeastKV(Router):
+    """The replica with the lowest KV-cache utilization (then the fewest outstanding)."""
+
+    def choose(self, request: Request, replicas: Sequence[Replica]) -> Replica:
+        """Lowest share of KV blocks in use."""
+        return min(replicas, key=lambda r: (r.kv_utilization, r.num_outstanding))
+
+
+class PowerOfTwo(Router):
+    """Two replicas drawn at random; the one with fewer requests in flight (the first drawn on
+    a tie)."""
+
+    def choose(self, request: Request, replicas: Sequence[Replica]) -> Replica:
+        """The less loaded of two random picks."""
+        if len(replicas) == 1:
+            return replicas[0]
+        i, j = self.rng.choice(len(replicas), size=2, replace=False)
+        a, b = replicas[int(i)], replicas[int(j)]
+        return b if b.num_outstanding < a.num_outstanding else a
+
+
+class PrefixAffinity(Router):
+    """The replica that has served the longest prefix of the request, unless it has more
+    than ``affinity_margin`` requests in flight above the least loaded one; then the least
+    loaded. Which replica holds which prefix is the router's own index of the prefixes it
+    sent where (as llm-d's approximate prefix scorer keeps), keyed by ``Request.prefix``."""
+
+    uses_prefix = True
+
+    def __init__(self, rng: np.random.Generator, affinity_margin: int = 0) -> None:
+        super().__init__(rng, affinity_margin)
+        self._holder: dict[Hashable, int] = {}  # prefix key -> replica that got it last
+
+    def choose(self, request: Request, replicas: Sequence[Replica]) -> Replica:
+        """Cache affinity within the load margin."""
+        least = min(replicas, key=lambda r: r.num_outstanding)
+        by_index = {r.index: r for r in replicas}
+        best: Replica | None = None
+        for key in request.prefix:  # keys chain, so the deepest hit is the longest prefix
+            holder = by_index.get(self._holder.get(key, -1))
+            if holder is None:
+                break
+            best = holder
+        pick = least
+        if (
+            best is not None
+            and best.num_outstanding <= least.num_outstanding + self.affinity_margin
+        ):
+            pick = best
+        for key in request.prefix:
+            self._holder[key] = pick.index
+        return pick
+
+
+ROUTERS: dict[str, type[Router]] = {
+    "round_robin": RoundRobin,
+    "random": Random,
+    "least_outstanding": LeastOutstanding,
+    "least_tokens": LeastTokens,
+    "least_kv": LeastKV,
+    "power_of_two": PowerOfTwo,
+    "prefix_affinity": PrefixAffinity,
+}
+"""Router name (``cluster.router``) -> its class; add yours here."""
+
+
+def make_router(name: str, rng: np.random.Generator, affinity_margin: int = 0) -> Router:
+    """The router ``name`` with its random stream."""
+    return ROUTERS[name](rng, affinity_margin)

@@ -1,0 +1,235 @@
+"""A cluster run's tables: the requests and steps of every replica in one table each (with
+the replica of each row), the summary with cluster-wide figures, and one row per replica."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simulator.cluster.replica import Replica
+from simulator.engine.recorder import Recorder
+from simulator.engine.result import SimulationResult
+from simulator.engine.simulation import check_token_count
+from simulator.engine.step_sink import StepSink
+from simulator.engine.tokens import output_checksums
+from simulator.metrics import StepStats, build_requests, summarize
+from simulator.workload.workload import Workload
+
+REPLICA_COLUMNS = [
+    "replica",
+    "group",
+    "role",
+    "num_blocks",
+    "num_requests",
+    "num_finished",
+    "num_steps",
+    "num_tokens",
+    "busy_s",
+    "utilization",
+    "request_throughput",
+    "output_token_throughput",
+    "kv_utilization_mean",
+    "ttft_mean_s",
+    "num_preemptions",
+]
+"""Columns of ``SimulationResult.replicas`` (docs/metrics.md)."""
+
+
+class ClusterRecords:
+    """What a cluster records beside its replicas' recorders: where each request went and,
+    disaggregated, its KV transfer."""
+
+    def __init__(self, workload: Workload) -> None:
+        n = len(workload)
+        self.workload = workload
+        self.recorder: Recorder | None = None
+        """The first replica's recorder; the others share its per-request records."""
+        self.arrival_s: list[float] = workload.arrival_s.tolist()
+        self.prompt_len: list[int] = workload.prompt_len.tolist()
+        self.output_len: list[int] = workload.output_len.tolist()
+        nan = float("nan")
+        self.routed_to = [-1] * n
+        """Per request: the replica it is on (last), -1 if it fit none."""
+        self.prefill_replica = [-1] * n
+        self.decode_replica = [-1] * n
+        self.prefill_preemptions = [0] * n
+        self.kv_ready = [nan] * n
+        """Per request: when its prefill ended and its KV transfer was booked."""
+        self.kv_start = [nan] * n
+        """When its transfer got the link."""
+        self.kv_end = [nan] * n
+        """When its transfer ended (ready + wait + bytes / bandwidth + latency)."""
+
+    def recorder_for(self, num_blocks: int, sink: StepSink) -> Recorder:
+        """A new replica's recorder (sharing the per-request records of the first)."""
+        if self.recorder is None:
+            self.recorder = Recorder(len(self.workload), num_blocks, sink)
+            return self.recorder
+        return Recorder(0, num_blocks, sink, shared=self.recorder)
+
+    def reject(self, i: int, reason: str) -> None:
+        """Request ``i`` fits no replica."""
+        assert self.recorder is not None
+        self.recorder.rejected.append((i, reason))
+
+    def handoff(
+        self,
+        i: int,
+        prefill: int,
+        decode: int,
+        preemptions: int,
+        ready: float,
+        start: float,
+        end: float,
+    ) -> None:
+        """Request ``i`` left prefill replica ``prefill`` for ``decode``; its KV moves over
+        the link from ``start`` to ``end``."""
+        self.prefill_replica[i], self.decode_replica[i] = prefill, decode
+        self.prefill_preemptions[i] = preemptions
+        self.kv_ready[i], self.kv_start[i], self.kv_end[i] = ready, start, end
+
+
+def _merged_stats(stats: list[StepStats]) -> StepStats:
+    """The cluster's step aggregates: counts and KV time summed, the latest end."""
+    out = StepStats()
+    for s in stats:
+        out.merge(s)
+    return out
+
+
+def _steps(replicas: list[Replica]) -> pd.DataFrame | None:
+    """Every replica's steps with a ``replica`` column, in order of start (None if kept by
+    none: ``steps: none``)."""
+    frames = []
+    for r in replicas:
+        steps = r.server.recorder.close()
+        if steps is not None:
+            frames.append(steps.assign(replica=np.full(len(steps), r.index, dtype=np.int64)))
+    if not frames:
+        return None
+    steps = pd.concat(frames, ignore_index=True)
+    order = np.lexsort((steps["replica"].to_numpy(), steps["start_s"].to_numpy()))
+    steps = steps.iloc[order].reset_index(drop=True)
+    steps["step"] = np.arange(len(steps), dtype=np.int64)
+    return steps
+
+
+def cluster_result(
+    records: ClusterRecords,
+    replicas: list[Replica],
+    slo: dict[str, float | None] | None,
+    percentiles: tuple[float, ...],
+) -> SimulationResult:
+    """The run's tables and summary."""
+    rec, workload = records.recorder, records.workload
+    assert rec is not None
+    disaggregated = any(r.role == "decode" for r in replicas)
+    steps = _steps(replicas)
+    recorders = [r.server.recorder for r in replicas]
+    rejected = sorted(rec.rejected)
+    rejected_ids = [i for i, _ in rejected]
+    check_token_count(sum(x.num_tokens for x in recorders), workload.output_len, rejected_ids)
+    prefill_preemptions = np.array(records.prefill_preemptions, dtype=np.int64)
+    requests = build_requests(
+        workload,
+        first_scheduled=np.array(rec.first_scheduled),
+        first_token=np.array(rec.first_token),
+        finish=np.array(rec.finish),
+        num_preemptions=np.array(rec.num_preemptions, dtype=np.int64) + prefill_preemptions,
+        num_cached_tokens=np.array(rec.cached_tokens, dtype=np.int64),
+        rejected=rejected_ids,
+    )
+    replica = np.array(records.routed_to, dtype=np.int64)
+    replica[rejected_ids] = -1
+    requests["replica"] = replica
+    if disaggregated:
+        requests["prefill_replica"] = np.array(records.prefill_replica, dtype=np.int64)
+        requests["decode_replica"] = np.array(records.decode_replica, dtype=np.int64)
+        requests["kv_transfer_s"] = np.array(records.kv_end) - np.array(records.kv_ready)
+    stats = _merged_stats([x.step_stats for x in recorders])
+    summary = summarize(requests, stats, rec.itl, slo, percentiles)
+    table = replica_table(replicas, requests, summary["duration_s"])
+    summary.update(cluster_summary(table, requests))
+    return SimulationResult(
+        requests=requests,
+        steps=steps,
+        summary=summary,
+        rejected=pd.DataFrame(
+            {
+                "request_id": pd.Series(rejected_ids, dtype="int64"),
+                "reason": pd.Series([r for _, r in rejected], dtype="object"),
+            }
+        ),
+        checksums=output_checksums(np.array(rec.num_output, dtype=np.int64)),
+        replicas=table,
+    )
+
+
+def replica_table(replicas: list[Replica], requests: pd.DataFrame, duration: float) -> pd.DataFrame:
+    """One row per replica: its load, throughput, utilization, KV use and TTFT."""
+    per_s = (lambda x: float(x) / duration) if duration > 0 else (lambda x: float("nan"))
+    finished = requests["status"].to_numpy() == "finished"
+    where = requests["replica"].to_numpy()
+    disaggregated = "decode_replica" in requests
+    first_on = requests["prefill_replica"].to_numpy() if disaggregated else where
+    to_decode = requests["decode_replica"].to_numpy() if disaggregated else where
+    ttft = requests["ttft_s"].to_numpy()
+    rows = []
+    for r in replicas:
+        k, rec = r.index, r.server.recorder
+        stats = rec.step_stats
+        done = int((finished & (where == k)).sum())
+        mine = ttft[(first_on == k) & finished] if r.role != "decode" else ttft[:0]
+        rows.append(
+            {
+                "replica": k,
+                "group": r.group,
+                "role": r.role,
+                "num_blocks": r.num_blocks,
+                "num_requests": int(((to_decode if r.role == "decode" else first_on) == k).sum()),
+                "num_finished": done,
+                "num_steps": stats.num_steps,
+                "num_tokens": stats.num_tokens,
+                "busy_s": stats.busy_s,
+                "utilization": per_s(stats.busy_s),
+                "request_throughput": per_s(done),
+                "output_token_throughput": per_s(rec.num_tokens),
+                # as in the run summary: time-weighted over the whole run
+                "kv_utilization_mean": per_s(stats.kv_time) if duration > 0 else 0.0,
+                "ttft_mean_s": float(mine.mean()) if mine.size else float("nan"),
+                "num_preemptions": stats.num_preemptions,
+            }
+        )
+    return pd.DataFrame(rows, columns=REPLICA_COLUMNS)
+
+
+def _imbalance(work: np.ndarray) -> float:
+    """Max over mean (1 = perfectly even; NaN when nobody worked)."""
+    mean = work.mean() if work.size else 0.0
+    return float(work.max() / mean) if mean > 0 else float("nan")
+
+
+def cluster_summary(table: pd.DataFrame, requests: pd.DataFrame) -> dict[str, Any]:
+    """Cluster-wide figures beside a run's summary; KV utilization becomes the mean over
+    replicas (each time-weighted over the whole run)."""
+    out: dict[str, Any] = {
+        "num_replicas": len(table),
+        "kv_utilization_mean": float(table["kv_utilization_mean"].mean()),
+        "utilization_mean": float(table["utilization"].mean()),
+        "utilization_max": float(table["utilization"].max()),
+    }
+    roles = list(dict.fromkeys(table["role"]))
+    for role in roles:
+        key = "load_imbalance" if role == "colocated" else f"{role}_load_imbalance"
+        # the work done: with continuous batching a replica is busy whenever it holds a
+        # request, so busy time hides how unevenly the work was spread
+        out[key] = _imbalance(table.loc[table["role"] == role, "num_tokens"].to_numpy(float))
+    if "kv_transfer_s" in requests:
+        kv = requests["kv_transfer_s"].to_numpy()
+        kv = kv[~np.isnan(kv)]
+        out["num_kv_transfers"] = int(kv.size)
+        out["kv_transfer_mean_s"] = float(kv.mean()) if kv.size else float("nan")
+        out["kv_transfer_p99_s"] = float(np.percentile(kv, 99)) if kv.size else float("nan")
+    return out

@@ -1,0 +1,141 @@
+"""A design search: for every point of a grid of deployments (hardware, tp, replicas, budgets,
+policy, router ...), its capacity under an SLO, what that capacity costs (capacity per dollar,
+dollars per million tokens), or with ``replicas_for`` the fewest replicas that serve a given
+load. The capacity searches of all points run together on one backend."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simulator.config import ScenarioConfig, apply_overrides, validate
+from simulator.errors import InputError
+from simulator.explore.capacity import Capacity, capacity_search
+from simulator.explore.driver import Search
+from simulator.explore.pricing import cost_per_hour
+from simulator.explore.probe import load_for
+from simulator.explore.replicas import REPLICAS_KEY, Replicas, replicas_search
+from simulator.explore.slo import Target
+from simulator.explore.sweep import GridPoint, grid_points
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """Everything a design search needs besides the backend."""
+
+    base: dict[str, Any]
+    source: str
+    grid: dict[str, list[Any]]
+    target: Target
+    seeds: tuple[int, ...]
+    tolerance: float
+    prices: dict[str, float]
+    start: float | None = None
+    """First load probed (reported unit), default each point's own."""
+    replicas_for: float | None = None
+    """Find the fewest replicas for this load (reported unit) instead of the capacity."""
+    replicas_for_scenario: bool = False
+    """Find the fewest replicas for each point's own load."""
+
+
+def point_config(spec: SearchSpec, point: GridPoint) -> ScenarioConfig:
+    """A grid point's validated scenario."""
+    data = apply_overrides(spec.base, point.values, spec.source)
+    return validate(data, f"{spec.source} [{point.name}]")
+
+
+def check_points(spec: SearchSpec) -> None:
+    """Before anything runs: every point is a valid scenario with a known price (one line
+    naming the first that is not), and replicas can be set if asked for."""
+    asks = spec.replicas_for is not None or spec.replicas_for_scenario
+    if asks and REPLICAS_KEY in spec.grid:
+        raise InputError(f"--replicas-for: {REPLICAS_KEY} is what it finds; drop its --grid")
+    for point in grid_points(spec.grid):
+        cost_per_hour(point_config(spec, point), spec.prices)
+
+
+def _found_row(found: Capacity | Replicas) -> dict[str, Any]:
+    """The figures of the probe that decided a point: the highest load met (capacity), or
+    the fewest replicas that met the load; mean over its seeds."""
+    runs = found.decisive_runs()
+    keys = ("request_throughput", "total_token_throughput", "output_token_throughput",
+            "goodput", "slo_attainment", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s")  # fmt: skip
+    return {k: _mean([r.get(k) for r in runs]) for k in keys}
+
+
+def _mean(values: list[Any]) -> float:
+    got = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.mean(got)) if got else float("nan")
+
+
+def _cost_columns(row: dict[str, Any], usd_per_hour: float) -> None:
+    """Capacity per dollar and dollars per million tokens at the capacity."""
+    hour = 3600.0
+    row["usd_per_hour"] = usd_per_hour
+    row["requests_per_usd"] = row["request_throughput"] * hour / usd_per_hour
+    for col, rate in (("usd_per_million_tokens", "total_token_throughput"),
+                      ("usd_per_million_output_tokens", "output_token_throughput")):  # fmt: skip
+        row[col] = usd_per_hour / (row[rate] * hour) * 1e6 if row[rate] > 0 else float("nan")
+
+
+def point_search(spec: SearchSpec, point: GridPoint) -> Search[dict[str, Any]]:
+    """One point's search as a generator for ``drive``: its row in the table."""
+    row: dict[str, Any] = {k: json_cell(v) for k, v in point.values.items()}
+    row["point"] = point.name
+    overrides = tuple(point.values.items())
+    try:
+        cfg = point_config(spec, point)
+        load = load_for(cfg, spec.start)
+        found: Capacity | Replicas
+        if spec.replicas_for is not None or spec.replicas_for_scenario:
+            want = load_for(cfg, spec.replicas_for).start
+            replicas = yield from replicas_search(
+                spec.base, spec.source, spec.target, load, want, spec.seeds, overrides
+            )
+            values = {**point.values, **replicas.overrides()}
+            cfg = validate(apply_overrides(spec.base, values, spec.source), spec.source)
+            found = replicas
+        else:
+            found = yield from capacity_search(
+                spec.base, spec.source, spec.target, load, spec.seeds, spec.tolerance, overrides
+            )
+    except Exception as err:  # one bad point must not lose the others
+        text = str(err).strip().splitlines()
+        return {**row, "status": "failed", "error": text[0] if text else type(err).__name__}
+    row.update(found.row())
+    row.update(_found_row(found))
+    usd, gpus = cost_per_hour(cfg, spec.prices)
+    row["gpus"] = gpus
+    _cost_columns(row, usd)
+    return {**row, "status": found.outcome, "error": None}
+
+
+def json_cell(value: Any) -> Any:
+    """Lists and mappings as JSON text, so every grid column has one plain type."""
+    import json
+
+    return json.dumps(value) if isinstance(value, list | dict) else value
+
+
+def searches(spec: SearchSpec) -> list[Search[dict[str, Any]]]:
+    """The search of every grid point, in grid order."""
+    return [point_search(spec, p) for p in grid_points(spec.grid)]
+
+
+def search_table(rows: list[dict[str, Any]], grid: dict[str, list[Any]]) -> pd.DataFrame:
+    """The rows as a table, grid columns of one type each, and ``cheapest``: the point that
+    meets the SLO at the lowest cost per million tokens."""
+    table = pd.DataFrame(rows)
+    for key in grid:
+        if table[key].map(type).nunique() > 1:  # mixed int/float grid values: one dtype
+            table[key] = table[key].astype(str)
+    cost = pd.to_numeric(table.get("usd_per_million_tokens", pd.Series(np.nan, table.index)))
+    served = table["status"].isin(["found", "max_probes"]) & cost.notna()
+    table["cheapest"] = False
+    if served.any():
+        table.loc[cost[served].idxmin(), "cheapest"] = True
+    return table

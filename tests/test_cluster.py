@@ -1,0 +1,423 @@
+"""Clusters: one replica is today's single server; routers against queueing theory; every
+request served once, on one replica; exactness of deferred decode steps behind a router;
+determinism; bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import simulator
+import simulator.runner
+from simulator.cli import main
+from simulator.cluster.replica import Replica
+from simulator.cluster.router import Request, Router
+from simulator.cluster.routers import ROUTERS, PrefixAffinity
+from tests.test_engine import scenario
+
+ROUTER_NAMES = list(ROUTERS)
+
+
+def clustered(cluster: dict[str, Any], **over: Any) -> dict[str, Any]:
+    """``tests.test_engine.scenario`` behind a cluster."""
+    cfg = scenario(**over)
+    cfg["cluster"] = cluster
+    return cfg
+
+
+def md1(num_replicas: int, router: str, per_replica: int, rho: float, seed: int = 0) -> Any:
+    """Deterministic 10 ms service, one request at a time per replica, Poisson arrivals at
+    ``rho`` per replica: an M/D/1 queue per replica under random routing."""
+    service_s = 0.010
+    return simulator.run(
+        clustered(
+            {"replicas": num_replicas, "router": router},
+            seed=seed,
+            scheduler={
+                "max_num_batched_tokens": 512,
+                "max_num_seqs": 1,
+                "num_blocks": 64,
+                "block_size": 16,
+            },
+            cost_model={"type": "linear", "base_ms": service_s * 1e3},
+            workload={
+                "num_requests": num_replicas * per_replica,
+                "arrival": {"process": "poisson", "rate": num_replicas * rho / service_s},
+                "prompt_len": {"dist": "fixed", "value": 100},
+                "output_len": {"dist": "fixed", "value": 1},
+            },
+        )
+    )
+
+
+# -- one replica is a single server ----------------------------------------------------------------
+
+SINGLE_CASES = [
+    {},
+    {"cost_model": {"type": "roofline", "model": "llama-3-8b", "hardware": "h100-sxm"}},
+    {"cost_model": {"type": "fitted", "path": "llama-2-70b_h100-sxm_tp8"}},
+    {  # round numbers: arrivals land exactly on step boundaries
+        "cost_model": {"type": "linear", "base_ms": 5},
+        "workload": {
+            "num_requests": 300,
+            "arrival": {"process": "constant", "rate": 20},
+            "prompt_len": {"dist": "uniform", "low": 1, "high": 64},
+            "output_len": {"dist": "uniform", "low": 1, "high": 64},
+        },
+    },
+    {  # vLLM v1's policy with its prefix cache
+        "scheduler": {
+            "policy": "vllm-v1",
+            "max_num_batched_tokens": 256,
+            "max_num_seqs": 32,
+            "num_blocks": 200,
+            "block_size": 16,
+        }
+    },
+    {  # some requests can never fit
+        "scheduler": {
+            "max_num_batched_tokens": 256,
+            "max_num_seqs": 32,
+            "num_blocks": 40,
+            "block_size": 16,
+        }
+    },
+]
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+@pytest.mark.parametrize(
+    "over", SINGLE_CASES, ids=["linear", "roofline", "fitted", "ties", "vllm-v1", "rejects"]
+)
+def test_one_replica_gives_the_single_server_tables_bit_for_bit(
+    over: dict[str, Any], router: str
+) -> None:
+    single = simulator.run(scenario(**over))
+    one = simulator.run(clustered({"replicas": 1, "router": router}, **over))
+    assert (one.requests["replica"][one.requests["status"] == "finished"] == 0).all()
+    assert (one.steps["replica"] == 0).all()
+    cols = list(single.requests.columns)
+    pd.testing.assert_frame_equal(single.requests, one.requests[cols], check_exact=True)
+    pd.testing.assert_frame_equal(
+        single.steps, one.steps[list(single.steps.columns)], check_exact=True
+    )
+    pd.testing.assert_frame_equal(single.rejected, one.rejected, check_exact=True)
+    np.testing.assert_array_equal(single.checksums, one.checksums)
+    for key, value in single.summary.items():
+        assert one.summary[key] == value or (
+            value != value and one.summary[key] != one.summary[key]
+        )
+    assert one.summary["num_replicas"] == 1 and one.summary["load_imbalance"] == 1.0
+
+
+# -- queueing theory -------------------------------------------------------------------------------
+
+
+def test_random_routing_gives_each_replica_the_pollaczek_khinchine_mean_ttft() -> None:
+    # Random routing thins Poisson arrivals: each replica is an M/D/1 queue at lambda / N.
+    # Over 8 seeds at this size the per-replica mean TTFT scatters by sigma = 0.8% around the
+    # formula (bias 0.05%, largest miss 1.4%): 4% is about 5 sigma.
+    rho, service_s = 0.6, 0.010
+    result = md1(2, "random", 40_000, rho)
+    wait = rho * service_s / (2 * (1 - rho))  # Pollaczek-Khinchine, deterministic service
+    per_replica = result.requests.groupby("replica")["ttft_s"].mean()
+    assert len(per_replica) == 2
+    for ttft in per_replica:
+        assert ttft == pytest.approx(wait + service_s, rel=0.04)
+    assert result.replicas["ttft_mean_s"].to_numpy() == pytest.approx(per_replica.to_numpy())
+    # thinning: each replica got about half the requests
+    assert result.replicas["num_requests"].to_numpy() == pytest.approx([40_000] * 2, rel=0.02)
+
+
+def test_round_robin_waits_less_than_random() -> None:
+    # Round robin spaces a replica's arrivals (Erlang-4 gaps, cv^2 = 1/4): Kingman's
+    # approximation puts its wait at a quarter of random routing's M/D/1 wait.
+    rr = md1(4, "round_robin", 3000, 0.6).requests["queue_delay_s"].mean()
+    rand = md1(4, "random", 3000, 0.6).requests["queue_delay_s"].mean()
+    assert rr < 0.5 * rand
+
+
+def test_least_outstanding_beats_round_robin_p99_on_heavy_tails() -> None:
+    # One request at a time per replica and lognormal outputs (sigma 1.5): behind round robin
+    # a short request waits out the long ones queued before it; least outstanding avoids them.
+    def run(router: str) -> float:
+        result = simulator.run(
+            clustered(
+                {"replicas": 4, "router": router},
+                scheduler={
+                    "max_num_batched_tokens": 512,
+                    "max_num_seqs": 1,
+                    "num_blocks": 4000,
+                    "block_size": 16,
+                },
+                cost_model={"type": "linear", "base_ms": 1},
+                workload={  # mean output 23 tokens: 60% load per replica
+                    "num_requests": 2000,
+                    "arrival": {"process": "poisson", "rate": 100},
+                    "prompt_len": {"dist": "fixed", "value": 64},
+                    "output_len": {"dist": "lognormal", "mu": 2.0, "sigma": 1.5, "max": 4000},
+                },
+            )
+        )
+        return float(result.summary["ttft_p99_s"])
+
+    # seeds 0-3 give ratios 0.27, 0.27, 0.38 and 0.08
+    assert run("least_outstanding") < 0.5 * run("round_robin")
+
+
+# -- every request once, on one replica ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("router", ROUTER_NAMES)
+def test_every_request_is_served_once_on_one_replica(router: str) -> None:
+    cfg = clustered(
+        {"replicas": 3, "router": router},
+        scheduler={
+            "max_num_batched_tokens": 256,
+            "max_num_seqs": 32,
+            "num_blocks": 40,
+            "block_size": 16,
+        },
+    )
+    cfg["workload"]["arrival"]["rate"] = 20
+    result = simulator.run(cfg)
+    req, table = result.requests, result.replicas
+    assert table is not None
+    finished = req["status"] == "finished"
+    assert finished.sum() + (req["status"] == "rejected").sum() == len(req)
+    assert (req.loc[finished, "replica"].between(0, 2)).all()
+    assert (req.loc[~finished, "replica"] == -1).all()
+    assert len(result.rejected) == (~finished).sum() > 0  # the scenario has requests too big
+    assert table["num_finished"].sum() == finished.sum()
+    assert table["num_requests"].sum() == finished.sum()
+    # every output token was sampled on the request's replica, once
+    tokens = table["output_token_throughput"] * result.summary["duration_s"]
+    assert tokens.sum() == pytest.approx(req.loc[finished, "output_len"].sum())
+    per_replica = req[finished].groupby("replica")["output_len"].sum()
+    assert tokens.to_numpy() == pytest.approx(
+        per_replica.reindex(range(3), fill_value=0).to_numpy()
+    )
+    steps = result.steps
+    assert (np.diff(steps["start_s"].to_numpy()) >= 0).all()
+    for _, own in steps.groupby("replica"):  # a replica's steps never overlap
+        ends = (own["start_s"] + own["duration_s"]).to_numpy()
+        assert (own["start_s"].to_numpy()[1:] >= ends[:-1]).all()
+
+
+# -- deferred decode steps stay exact behind a router ----------------------------------------------
+
+
+@pytest.mark.parametrize("router", ROUTER_NAMES)
+def test_deferred_decode_steps_change_nothing_in_a_cluster(router: str) -> None:
+    cfg = clustered({"replicas": 3, "router": router, "routing_delay_ms": 2.5})
+    cfg["workload"]["arrival"]["rate"] = 20
+    fast = simulator.runner.run(cfg, fast_decode=True)
+    slow = simulator.runner.run(cfg, fast_decode=False)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+    np.testing.assert_array_equal(fast.checksums, slow.checksums)
+    decodes_only = (fast.steps["num_decode_seqs"] == fast.steps["num_seqs"]).mean()
+    assert decodes_only > 0.3  # the fast path had work to do
+
+
+def test_routing_delay_delays_every_first_step() -> None:
+    result = simulator.run(clustered({"replicas": 2, "routing_delay_ms": 40}))
+    delay = result.requests["queue_delay_s"]
+    assert delay.min() >= 0.040 - 1e-12
+
+
+# -- determinism -----------------------------------------------------------------------------------
+
+
+def test_same_seed_gives_identical_tables_serial_or_in_a_sweep(tmp_path: Path) -> None:
+    cfg = clustered({"replicas": 3, "router": "power_of_two"})
+    cfg["workload"]["num_requests"] = 200
+    direct = {
+        r: simulator.run(dict(cfg, cluster={**cfg["cluster"], "router": r}))
+        for r in ("random", "power_of_two")
+    }
+    again = simulator.run(dict(cfg, cluster={**cfg["cluster"], "router": "random"}))
+    pd.testing.assert_frame_equal(direct["random"].requests, again.requests, check_exact=True)
+    other = simulator.run(dict(cfg, seed=8, cluster={**cfg["cluster"], "router": "random"}))
+    assert not direct["random"].requests["replica"].equals(other.requests["replica"])
+    import yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    for jobs in ("1", "2"):
+        out = tmp_path / f"sweep{jobs}"
+        argv = ["sweep", str(path), "--grid", "cluster.router=random,power_of_two"]
+        assert main([*argv, "--out", str(out), "--no-plots", "--jobs", jobs]) == 0
+        for i, router in enumerate(("random", "power_of_two")):
+            folder = next((out / "runs").glob(f"{i:03d}_*"))
+            got = pd.read_parquet(folder / "requests.parquet")
+            want = direct[router].requests
+            pd.testing.assert_frame_equal(got, want, check_exact=True, check_categorical=False)
+            steps = pd.read_parquet(folder / "steps.parquet")
+            pd.testing.assert_frame_equal(steps, direct[router].steps, check_exact=True)
+
+
+# -- heterogeneous fleets and bad input ------------------------------------------------------------
+
+
+def test_a_request_goes_only_where_it_fits_and_one_that_fits_nowhere_is_rejected() -> None:
+    small = {"max_num_batched_tokens": 256, "max_num_seqs": 32, "num_blocks": 30, "block_size": 16}
+    big = dict(small, num_blocks=60)
+    cfg = clustered(
+        {
+            "replicas": [
+                {"count": 2, "scheduler": small, "name": "small"},
+                {"count": 1, "scheduler": big},
+            ]
+        }
+    )
+    result = simulator.run(cfg)
+    req = result.requests
+    kv_tokens = req["prompt_len"] + req["output_len"] - 1
+    assert (req.loc[kv_tokens > 30 * 16, "replica"].isin([2, -1])).all()
+    assert (req.loc[kv_tokens <= 30 * 16, "replica"].isin([0, 1, 2])).all()
+    assert ((kv_tokens > 60 * 16) == (req["status"] == "rejected")).all()
+    assert (req["status"] == "rejected").sum() > 0
+    assert result.rejected["reason"].str.startswith("fits no replica: needs").all()
+    assert result.replicas is not None
+    assert result.replicas["group"].tolist() == ["small", "small", "group1"]
+    assert result.replicas["num_blocks"].tolist() == [30, 30, 60]
+
+
+@pytest.mark.parametrize(
+    ("cluster", "message"),
+    [
+        ({"replicas": 0}, "cluster.replicas: Value error, a cluster needs at least one replica"),
+        ({"replicas": []}, "cluster.replicas: Value error, a cluster needs at least one replica"),
+        ({"router": "random"}, "cluster: Value error, no replica"),
+        (
+            {"replicas": 2, "router": "fastest"},
+            "cluster.router: Value error, unknown router 'fastest'",
+        ),
+    ],
+)
+def test_a_cluster_with_no_replica_or_an_unknown_router_is_one_line(
+    cluster: dict[str, Any], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(clustered(cluster)))
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert message in err
+    assert not (tmp_path / "out").exists()
+
+
+# -- routers ---------------------------------------------------------------------------------------
+
+
+class _FakeServer:
+    def __init__(self) -> None:
+        import simpy
+
+        self.env = simpy.Environment()
+        self.num_running = self.num_waiting = self.num_blocks_used = self.num_sampled = 0
+
+
+def _replicas(n: int) -> list[Replica]:
+    return [Replica(k, "g", "colocated", _FakeServer()) for k in range(n)]  # type: ignore[arg-type]
+
+
+def test_prefix_affinity_follows_the_prefix_within_the_load_margin() -> None:
+    router = PrefixAffinity(np.random.default_rng(0), affinity_margin=2)
+    reps = _replicas(3)
+    first = router.choose(Request(0, 0.0, 64, 8, prefix=("a", "ab")), reps)
+    assert first.index == 0  # nobody holds it: least loaded, lowest index
+    reps[0].num_incoming = 2  # two more in flight than the others: within the margin
+    assert router.choose(Request(1, 0.0, 64, 8, prefix=("a", "ab", "abc")), reps) is reps[0]
+    reps[0].num_incoming = 3  # beyond it: the least loaded instead
+    assert router.choose(Request(2, 0.0, 64, 8, prefix=("a", "ab")), reps) is reps[1]
+    # the prefix now lives on replica 1; a different prefix goes to the least loaded
+    reps[0].num_incoming = 0
+    assert router.choose(Request(3, 0.0, 64, 8, prefix=("a",)), reps) is reps[1]
+    assert router.choose(Request(4, 0.0, 64, 8, prefix=("z",)), reps) is reps[0]
+
+
+def test_a_router_is_a_few_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    class FewestWaiting(Router):
+        def choose(self, request: Request, replicas: Any) -> Replica:
+            return min(replicas, key=lambda r: (r.num_waiting, r.index))
+
+    monkeypatch.setitem(ROUTERS, "fewest_waiting", FewestWaiting)
+    result = simulator.run(clustered({"replicas": 2, "router": "fewest_waiting"}))
+    assert set(result.requests["replica"]) == {0, 1}
+
+
+def test_round_robin_takes_turns_and_random_draws_from_its_own_stream() -> None:
+    req = Request(0, 0.0, 1, 1)
+    reps = _replicas(3)
+    rr = ROUTERS["round_robin"](np.random.default_rng(0))
+    assert [rr.choose(req, reps).index for _ in range(5)] == [0, 1, 2, 0, 1]
+    assert rr.choose(req, [reps[0], reps[2]]).index == 2  # skips replicas it does not fit
+    draws = [ROUTERS["random"](np.random.default_rng(5)).choose(req, reps).index for _ in range(3)]
+    assert len(set(draws)) == 1
+
+
+def test_a_bad_preset_in_a_replica_group_names_the_group(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    group = {
+        "count": 2,
+        "cost_model": {"type": "roofline", "model": "llama-9", "hardware": "h100-sxm"},
+    }
+    cfg = clustered({"replicas": [{"count": 1}, group]})
+    cfg["cost_model"] = {"type": "roofline", "model": "llama-3-8b", "hardware": "h100-sxm"}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    for argv in (["validate", str(path)], ["run", str(path), "--out", str(tmp_path / "out")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        assert "cluster.replicas.1.cost_model.model: unknown model preset 'llama-9'" in err
+
+
+def test_a_closed_loop_in_a_cluster_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    cfg = clustered({"replicas": 2})
+    cfg["workload"]["max_concurrency"] = 4
+    path = tmp_path / "closed.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "workload.max_concurrency: a closed loop is not simulated in a cluster yet" in err
+    assert not (tmp_path / "out").exists()
+    cfg = clustered({"replicas": 2}, serving={"step_cpu_ms": 1})
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert (
+        "serving: serving overheads are not simulated in a cluster yet" in capsys.readouterr().err
+    )
+
+
+def test_prefix_keys_follow_token_identity() -> None:
+    from simulator.cluster.router import prefix_keys
+
+    a = prefix_keys((("sys", 40), ("q1", 30)), 16)  # 70 tokens: 4 full blocks
+    b = prefix_keys((("sys", 40), ("q2", 30)), 16)
+    assert len(a) == len(b) == 4
+    assert a[:2] == b[:2] and a[2] != b[2]  # the third block holds the first question tokens
+    assert prefix_keys(None, 16) == ()
+
+
+def test_prefix_affinity_keeps_a_system_prompt_on_one_replica() -> None:
+    cfg = clustered({"replicas": 4, "router": "prefix_affinity", "affinity_margin": 1000})
+    cfg["workload"]["shared_prefix"] = {"num_prefixes": 3, "prefix_len": 256}
+    result = simulator.run(cfg)
+    assert result.requests.groupby("replica").size().size <= 3  # one replica per prompt
