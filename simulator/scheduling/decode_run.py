@@ -132,7 +132,8 @@ class DecodeRun:
                 heapq.heappop(heap)
             last = heap[0]
             # the members' new blocks repeat with the block size: ``pattern[i]`` at step t + i
-            pattern = [crossing[(1 - t - i) % block_size] for i in range(block_size)]
+            r = (1 - t) % block_size  # pattern[i] = crossing[(r - i) % block_size]
+            pattern = crossing[r::-1] + crossing[:r:-1]
             length = min(last - t + 1, _steps_that_fit(pattern, m, num_blocks - used))
             if not length:
                 return
