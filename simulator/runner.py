@@ -190,13 +190,14 @@ def _progress_bar(
 
 
 # Peak memory (max RSS) of a whole run per request, measured with quickstart.yaml's
-# ShareGPT-like lengths: about 5.5 KB per request at 1e5 requests, and 1e6 requests peak at
-# about 7.9 GB, i.e. ~8 KB per request. Most of it is per token (the ITL gaps, 8 bytes per
-# output token), per step (the step table) and per request (the request table, the engine's
-# sequences). A run of one-token outputs of 4-token prompts still takes ~0.7 KB per request:
-# that is the floor used to refuse a workload that can never fit.
-TYPICAL_BYTES_PER_REQUEST = 8 * 1024
-MIN_BYTES_PER_REQUEST = 700
+# ShareGPT-like lengths at a stable rate (benchmarks/README.md, speed_bench.py): 0.29 GB at
+# 1e5 requests and 0.85 GB at 1e6, of which ~0.27 GB is the interpreter and its libraries,
+# i.e. ~0.6 KB per request, held per request (the workload's arrays, the recorder's lists, the
+# requests table); step rows and inter-token gaps are streamed, so lengths hardly matter. The
+# typical figure rounds that up to 1 KB with the start-up included; the floor, used to refuse a
+# workload that can never fit, is half the measured per-request figure.
+TYPICAL_BYTES_PER_REQUEST = 1024
+MIN_BYTES_PER_REQUEST = 300
 # The cap on workload.num_requests when the machine's memory cannot be read.
 MAX_REQUESTS_UNKNOWN_MEMORY = 10**8
 
@@ -250,7 +251,7 @@ def check_workload_fits(cfg: ScenarioConfig) -> None:
         if n > MAX_REQUESTS_UNKNOWN_MEMORY:
             raise InputError(
                 f"workload.num_requests: {n:,} requests is more than servesim simulates in one "
-                f"run ({MAX_REQUESTS_UNKNOWN_MEMORY:,}; ~8 KB of memory each)"
+                f"run ({MAX_REQUESTS_UNKNOWN_MEMORY:,}; ~1 KB of memory each)"
             )
         return
     if floor > memory:
