@@ -208,12 +208,10 @@ def simulate_batch_run(model: FittedCostModel, b: int, p: int, t: int) -> float:
     )
     for i in range(b):
         sched.add(Sequence(i, p, t))
-    by_id = {s.seq_id: s for s in sched.waiting}
     total = 0.0
     while sched.has_work():
         plan = sched.schedule()
-        ids = list(plan)
-        batch = Batch(tuple(plan[i] for i in ids), tuple(by_id[i].num_computed for i in ids))
+        batch = Batch(tuple(plan.num_new_tokens), tuple(plan.context_lens))
         total += model.step_ms(batch)
         sched.update()
     return total
