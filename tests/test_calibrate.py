@@ -21,7 +21,7 @@ from simulator.cost.calibration.measurements import (
     read_measurements,
     step_kinds,
 )
-from simulator.cost.calibration.robust_fit import fit_preset_coefficients
+from simulator.cost.calibration.shape import fit_preset_coefficients
 from simulator.cost.features import FEATURES, FeatureScales, batch_features, uniform_features
 from simulator.cost.fitted import (
     FittedCostConfig,
@@ -88,6 +88,11 @@ def synthetic_points() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.array(b, float), np.array(n, float), np.array(c, float)
 
 
+def fold_rng() -> np.random.Generator:
+    """The inner cross-validation's fold stream of a test."""
+    return np.random.default_rng(0)
+
+
 def true_ms(b: np.ndarray, n: np.ndarray, c: np.ndarray) -> np.ndarray:
     """Step times the known coefficients give."""
     x = uniform_features(b, n, c, SCALES)
@@ -124,7 +129,7 @@ def test_batch_and_vectorised_features_agree_on_uniform_batches() -> None:
 def test_fit_recovers_known_coefficients_and_knee() -> None:
     b, n, c = synthetic_points()
     y = true_ms(b, n, c)
-    fit = fit_preset_coefficients(b, n, c, y, SCALES.with_knee(None))
+    fit = fit_preset_coefficients(b, n, c, y, SCALES.with_knee(None), FEATURES, rng=fold_rng())
     assert fit.knee_tokens == 2048
     assert fit.coefficients == pytest.approx(TRUE, rel=1e-6)
     assert np.all(fit.weights > 0.99)
@@ -137,7 +142,7 @@ def test_fit_ignores_injected_outliers() -> None:
     bad = {12: 0.07, 25: 3.0, 40: 1.4}
     for i, factor in bad.items():
         y[i] *= factor
-    fit = fit_preset_coefficients(b, n, c, y, SCALES.with_knee(None))
+    fit = fit_preset_coefficients(b, n, c, y, SCALES.with_knee(None), FEATURES, rng=fold_rng())
     assert fit.knee_tokens == 2048
     assert fit.coefficients == pytest.approx(TRUE, rel=1e-4)
     assert set(np.flatnonzero(fit.weights == 0)) == set(bad)
@@ -147,7 +152,7 @@ def test_fit_with_noise_stays_close() -> None:
     b, n, c = synthetic_points()
     rng = np.random.default_rng(7)
     y = true_ms(b, n, c) * rng.lognormal(0.0, 0.01, size=len(b))
-    fit = fit_preset_coefficients(b, n, c, y, SCALES)
+    fit = fit_preset_coefficients(b, n, c, y, SCALES, FEATURES, rng=fold_rng())
     pred = uniform_features(b, n, c, SCALES.with_knee(fit.knee_tokens)) @ np.array(
         [fit.coefficients[f] for f in FEATURES]
     )
@@ -159,7 +164,7 @@ def test_fit_with_noise_stays_close() -> None:
 def test_features_outside_the_requested_set_stay_zero() -> None:
     b, n, c = synthetic_points()
     fit = fit_preset_coefficients(
-        b, n, c, true_ms(b, n, c), SCALES, features=("overhead", "gemm", "kv_read")
+        b, n, c, true_ms(b, n, c), SCALES, features=("overhead", "gemm", "kv_read"), rng=fold_rng()
     )
     assert {k for k, v in fit.coefficients.items() if v > 0} <= {"overhead", "gemm", "kv_read"}
     assert "attention" in fit.dropped
@@ -171,7 +176,7 @@ def test_decode_only_rows_keep_kv_read_not_attention() -> None:
     n = np.ones_like(b)
     flat = SCALES.with_knee(None)  # no gemm_large term in the truth
     y = uniform_features(b, n, c, flat) @ np.array([TRUE[f] for f in FEATURES])
-    fit = fit_preset_coefficients(b, n, c, y, flat)
+    fit = fit_preset_coefficients(b, n, c, y, flat, FEATURES, rng=fold_rng())
     assert "attention" in fit.dropped and fit.coefficients["kv_read"] > 0
     pred = uniform_features(b, n, c, flat) @ np.array([fit.coefficients[f] for f in FEATURES])
     assert pred == pytest.approx(y, rel=1e-6)
@@ -183,7 +188,7 @@ def test_unidentifiable_feature_is_dropped_not_split() -> None:
     n = np.array([64, 128, 512, 1024, 4096, 8192], float)
     ones, zeros = np.ones_like(n), np.zeros_like(n)
     y = 5.0 + 1.5 * np.maximum(n * 0.05, 9.0)
-    fit = fit_preset_coefficients(ones, n, zeros, y, SCALES, features=FEATURES)
+    fit = fit_preset_coefficients(ones, n, zeros, y, SCALES, features=FEATURES, rng=fold_rng())
     assert fit.coefficients["prefill_step"] == 0.0
     assert fit.coefficients["per_prefill_seq"] == 0.0
     assert fit.coefficients["overhead"] + fit.coefficients["gemm"] > 0
@@ -197,7 +202,7 @@ def test_kfold_never_predicts_a_point_from_itself() -> None:
     y = true_ms(b, n, c)
     y[5] *= 2.0  # P=2048 prefill: in-sample it could be fitted, held out it cannot
     meas = pd.DataFrame({"num_seqs": b, "new_tokens": n, "context_len": c, "step_ms": y})
-    pred = kfold_predictions(meas, SCALES, 4, np.random.default_rng(0))
+    pred = kfold_predictions(meas, SCALES, 4, np.random.default_rng(0), FEATURES)
     assert pred[5] == pytest.approx(y[5] / 2.0, rel=1e-3)
     keep = np.arange(len(y)) != 5
     assert np.max(np.abs(pred[keep] / y[keep] - 1)) < 1e-4
@@ -235,32 +240,43 @@ def test_aggregate_takes_the_median_of_repeats() -> None:
 
 # Targets: held-out median APE <= 5% and mean APE <= 10%, per kind, on the points that pass the
 # consistency check. The groups below still MISS a target (see docs/fidelity.md): they are held
-# to the error they achieve now (5-fold, seed 0), so a regression fails; every other group and
-# kind must meet the targets themselves.
+# to the error they achieve now (5-fold, seed 0, the shape chosen by inner cross-validation in
+# each fold), so a regression fails; every other group and kind must meet the targets itself.
+# The BLOOM prefills missed less (4.3-5.4%) when every fit used attention; without it (the
+# default since attention extrapolated worst on random held-out thirds) they miss more.
 TARGET = (5.0, 10.0)
 CURRENT_MISSES: dict[tuple[str, str], tuple[float, float]] = {
-    ("bloom-176b_h100-80gb-pcap_tp8", "prefill"): (5.4, 10.0),
-    ("llama2-70b_a100-80gb_tp4", "prefill"): (6.0, 10.0),
-    ("llama2-70b_a100-80gb_tp8", "prefill"): (6.6, 10.0),
+    ("bloom-176b_a100-80gb_tp8", "prefill"): (6.2, 10.0),
+    ("bloom-176b_h100-80gb-pcap_tp8", "prefill"): (7.6, 10.0),
+    ("bloom-176b_h100-80gb_tp8", "prefill"): (5.1, 10.0),
+    ("llama2-70b_a100-80gb_tp8", "prefill"): (6.3, 10.0),
     ("llama2-70b_a100-80gb_tp2", "decode"): (5.2, 10.0),
 }
+SPLITWISE_GROUPS = (
+    "bloom-176b_a100-80gb_tp8",
+    "bloom-176b_h100-80gb-pcap_tp8",
+    "bloom-176b_h100-80gb_tp8",
+    *(f"llama2-70b_{gpu}_tp{tp}" for gpu in ("a100-80gb", "h100-80gb-pcap", "h100-80gb")
+      for tp in (2, 4, 8)),
+)  # fmt: skip
 
 
+@pytest.mark.parametrize("group", SPLITWISE_GROUPS)
 def test_splitwise_heldout_error_meets_targets_or_its_recorded_miss(
-    splitwise_rows: pd.DataFrame,
+    splitwise_rows: pd.DataFrame, group: str
 ) -> None:
+    meas = splitwise_rows[splitwise_rows.group == group]
+    first = meas.iloc[0]
+    preset, _ = calibrate(
+        meas, first.model, first.hardware, int(first.tp), rng=np.random.default_rng(0)
+    )
     misses = []
-    for group, meas in splitwise_rows.groupby("group"):
-        first = meas.iloc[0]
-        preset, _ = calibrate(
-            meas, first.model, first.hardware, int(first.tp), rng=np.random.default_rng(0)
-        )
-        for kind, s in preset.heldout["consistent_points"].items():
-            med, mean = CURRENT_MISSES.get((str(group), kind), TARGET)
-            if s["median_ape_pct"] > med or s["mean_ape_pct"] > mean:
-                misses.append((group, kind, s["median_ape_pct"], s["mean_ape_pct"]))
-        # At most 2 of 32 points may be set aside as inconsistent in any group.
-        assert len(preset.heldout["inconsistent"]) <= 2, group
+    for kind, s in preset.heldout["consistent_points"].items():
+        med, mean = CURRENT_MISSES.get((group, kind), TARGET)
+        if s["median_ape_pct"] > med or s["mean_ape_pct"] > mean:
+            misses.append((kind, s["median_ape_pct"], s["mean_ape_pct"]))
+    # At most 2 of 32 points may be set aside as inconsistent in any group.
+    assert len(preset.heldout["inconsistent"]) <= 2
     assert not misses
 
 
@@ -289,6 +305,7 @@ def test_fitted_beats_uncalibrated_roofline_on_splitwise(splitwise_rows: pd.Data
 def test_convert_splitwise_real_file(splitwise_rows: pd.DataFrame, data_dir: DataFolder) -> None:
     raw = pd.read_csv(data_dir / "splitwise_perf_model.csv")
     assert splitwise_rows.group.nunique() == 12
+    assert set(splitwise_rows.group) == set(SPLITWISE_GROUPS)  # every group has its test
     counts = splitwise_rows.groupby(["group", "kind"]).size()
     assert set(counts.xs("prefill", level="kind")) == {13}
     assert set(counts.xs("decode", level="kind")) == {19}

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.cli.common import Subparsers
-from simulator.cost.features import FEATURES
+from simulator.cost.features import DEFAULT_FEATURES, FEATURES, OPTIONAL_FEATURES
 from simulator.errors import InputError
 
 if TYPE_CHECKING:
@@ -35,7 +35,11 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("--name", help="preset name (default: MODEL_HARDWARE_tpN)")
     p.add_argument(
         "--features",
-        help=f"comma-separated features to fit (default: all of {', '.join(FEATURES)})",
+        help=(
+            f"comma-separated features the fit may use (default: {', '.join(DEFAULT_FEATURES)}; "
+            f"known: {', '.join(FEATURES)}); of {', '.join(OPTIONAL_FEATURES)} and the knee of "
+            "gemm_large, an inner cross-validation keeps those that predict held-out rows best"
+        ),
     )
     p.add_argument(
         "--source",
@@ -127,7 +131,7 @@ def _column_default(meas: pd.DataFrame, col: str, given: Any, path: Path | str, 
 
 def _parse_features(text: str | None) -> tuple[str, ...]:
     if text is None:
-        return FEATURES
+        return DEFAULT_FEATURES
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     unknown = [x for x in names if x not in FEATURES]
     if unknown or not names:

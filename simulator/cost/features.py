@@ -27,6 +27,24 @@ FEATURES: tuple[str, ...] = (
 when rows cannot tell two features apart: the later one is left out (on decode-only rows
 ``attention`` is proportional to ``kv_read``, and decodes are bound by the KV reads)."""
 
+DEFAULT_FEATURES: tuple[str, ...] = tuple(f for f in FEATURES if f != "attention")
+"""Features ``calibrate`` fits unless told otherwise: all but ``attention``. On random
+held-out thirds of the Splitwise points a free attention coefficient was the worst
+extrapolator (fitted on prompts of at most 1k tokens it reached ~90x the peak-rate time and
+timed 8k-token prompts 2-3x too slow), and offering it to the shape choice made more groups
+miss (docs/fidelity.md). Ask for it with ``--features``."""
+
+OPTIONAL_FEATURES: tuple[str, ...] = ("prefill_step", "per_prefill_seq", "attention")
+"""Prefill terms the fit may leave out: ``calibrate`` chooses which of them to keep (and the
+knee of ``gemm_large``, or none) by an inner cross-validation (``calibration/shape.py``)."""
+
+MIN_COEFFICIENTS: dict[str, float] = {"gemm": 1.0}
+"""Lower bounds of coefficients (others: 0). ``gemm`` is the GEMM time at the GPU's peak FLOP/s,
+or the weights streamed at its peak bandwidth: a coefficient (1 / efficiency) below 1 would run
+faster than the hardware. Without the bound, a fit on prefills of >= 1k tokens only gave
+``gemm`` 0, all matmul time to ``gemm_large`` and 124 ms to ``prefill_step``, timing a
+128-token prompt 2.5x too slow (BLOOM H100 power-capped, benchmarks/heldout_thirds.py)."""
+
 KNEE_GRID: tuple[int | None, ...] = (
     None,
     *(int(round(512 * 2 ** (i / 2))) for i in range(11)),

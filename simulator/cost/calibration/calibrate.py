@@ -25,7 +25,7 @@ from simulator.cost.calibration.measurements import (
     measurement_arrays,
     step_kinds,
 )
-from simulator.cost.features import FEATURES, FeatureScales
+from simulator.cost.features import DEFAULT_FEATURES, FeatureScales
 from simulator.cost.fitted import FittedCostModel, FittedPreset, zero_time_steps
 from simulator.cost.presets import load_hardware, load_model
 from simulator.errors import InputError
@@ -40,20 +40,22 @@ def calibrate(
     *,
     folds: int = 5,
     rng: np.random.Generator,
-    features: Sequence[str] = FEATURES,
+    features: Sequence[str] = DEFAULT_FEATURES,
     name: str | None = None,
     source: dict[str, Any] | None = None,
     progress: Callable[[], None] | None = None,
 ) -> tuple[FittedPreset, pd.DataFrame]:
     """Fit a preset on all aggregated rows and measure the recipe's k-fold held-out error.
 
-    Returns the preset (held-out errors recorded in it) and the rows with ``heldout_ms``,
+    The recipe, both for the preset and inside each of the k folds, chooses the model's shape
+    (optional terms, knee) by an inner cross-validation on its own training rows, then fits
+    it. Returns the preset (held-out errors recorded in it) and the rows with ``heldout_ms``,
     ``fitted_ms`` and ``inconsistent`` columns.
     """
     scales = FeatureScales.from_specs(load_model(model), load_hardware(hardware), tp)
     rows = aggregate_repeats(meas)
     heldout = kfold_predictions(rows, scales, folds, rng, features, progress)
-    fit = fit_measurements(rows, scales, features)
+    fit = fit_measurements(rows, scales, features, rng=rng.spawn(1)[0])
     flags = inconsistent_points(rows)
     coefficients = {k: _round_sig(v) for k, v in fit.coefficients.items()}
     zero_time = zero_time_steps(coefficients, scales.with_knee(fit.knee_tokens))
@@ -73,7 +75,8 @@ def calibrate(
         source=source or {},
         heldout=_heldout_report(rows, heldout, flags, folds),
         notes=(
-            f"{len(rows)} distinct points; robust fit gave zero weight to "
+            f"{len(rows)} distinct points; shape chosen by inner cross-validation among "
+            f"{fit.candidates}; robust fit gave zero weight to "
             f"{int(np.sum(fit.weights == 0))}; features left out: "
             f"{', '.join(fit.dropped) or 'none'}"
         ),

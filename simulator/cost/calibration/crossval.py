@@ -1,5 +1,6 @@
 """Fitting measurement rows and measuring a fit's held-out error: k folds stratified by kind,
-out-of-fold predictions, and per-kind error summaries."""
+out-of-fold predictions (each fold chooses its own shape by an inner cross-validation on its
+training rows only: nested), and per-kind error summaries."""
 
 from __future__ import annotations
 
@@ -8,18 +9,23 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from simulator.cost.calibration.measurements import measurement_arrays, step_kinds
-from simulator.cost.calibration.robust_fit import FitResult, fit_preset_coefficients
-from simulator.cost.features import FEATURES, FeatureScales, uniform_features
+from simulator.cost.calibration.measurements import POINT_COLUMNS, measurement_arrays, step_kinds
+from simulator.cost.calibration.shape import FitResult, fit_preset_coefficients, fold_labels
+from simulator.cost.features import DEFAULT_FEATURES, FEATURES, FeatureScales, uniform_features
 from simulator.errors import InputError
 
 
 def fit_measurements(
-    meas: pd.DataFrame, scales: FeatureScales, features: Sequence[str] = FEATURES
+    meas: pd.DataFrame,
+    scales: FeatureScales,
+    features: Sequence[str] = DEFAULT_FEATURES,
+    *,
+    rng: np.random.Generator,
 ) -> FitResult:
-    """Fit the fitted-model coefficients (and knee) to aggregated measurement rows."""
+    """Fit the fitted-model coefficients to measurement rows, the shape (optional terms, knee)
+    chosen by an inner cross-validation on these rows whose folds ``rng`` draws."""
     b, n, c, t = measurement_arrays(meas)
-    return fit_preset_coefficients(b, n, c, t, scales, features)
+    return fit_preset_coefficients(b, n, c, t, scales, features, rng=rng)
 
 
 def predict_rows(meas: pd.DataFrame, scales: FeatureScales, fit: FitResult) -> np.ndarray:
@@ -30,17 +36,10 @@ def predict_rows(meas: pd.DataFrame, scales: FeatureScales, fit: FitResult) -> n
     return np.asarray(x @ coef, dtype=float)
 
 
-def fold_labels(kinds: Sequence[str], k: int, rng: np.random.Generator) -> np.ndarray:
-    """Fold number per row, stratified by kind so every fold mixes prefill and decode."""
-    kinds_arr = np.asarray(kinds)
-    labels = np.empty(len(kinds_arr), dtype=int)
-    offset = 0
-    for kind in sorted(set(kinds_arr.tolist())):
-        idx = rng.permutation(np.flatnonzero(kinds_arr == kind))
-        # Continue the round-robin across kinds so small kinds don't all land in fold 0.
-        labels[idx] = (np.arange(len(idx)) + offset) % k
-        offset += len(idx)
-    return labels
+def point_keys(meas: pd.DataFrame) -> list[tuple[int, ...]]:
+    """One key per row naming its measured point: repeats share a key, so no fold split
+    (outer or inner) ever puts a point's repeats on both sides."""
+    return [tuple(map(int, p)) for p in meas[list(POINT_COLUMNS)].to_numpy()]
 
 
 def kfold_predictions(
@@ -48,25 +47,44 @@ def kfold_predictions(
     scales: FeatureScales,
     k: int,
     rng: np.random.Generator,
-    features: Sequence[str] = FEATURES,
+    features: Sequence[str] = DEFAULT_FEATURES,
     progress: Callable[[], None] | None = None,
 ) -> np.ndarray:
-    """Out-of-fold prediction (ms) for every aggregated row: each fold is fitted (knee
-    included) on the other folds only."""
+    """Out-of-fold prediction (ms) for every row: each fold is fitted, its shape chosen by an
+    inner cross-validation, on the other folds only (nested: a held-out row never influences
+    the fit or the shape that predicts it). Repeats of a point share a fold."""
     if k < 2:
         raise InputError(f"--folds must be >= 2, got {k}")
-    if len(meas) < k:
-        raise InputError(f"{len(meas)} distinct points cannot be split into {k} folds")
-    labels = fold_labels(step_kinds(meas).tolist(), k, rng)
+    keys = point_keys(meas)
+    if len(set(keys)) < k:
+        raise InputError(f"{len(set(keys))} distinct points cannot be split into {k} folds")
+    labels = fold_labels(step_kinds(meas).tolist(), k, rng, keys)
+    inner = rng.spawn(k)
     pred = np.empty(len(meas))
     for fold in range(k):
         test = labels == fold
         train = meas[~test]
-        fit = fit_measurements(train, scales, features)
+        fit = fit_measurements(train, scales, features, rng=inner[fold])
         pred[test] = predict_rows(meas[test], scales, fit)
         if progress is not None:
             progress()
     return pred
+
+
+def random_third(meas: pd.DataFrame, rng: np.random.Generator) -> np.ndarray:
+    """A random held-out third (mask): of each kind, a third of the distinct points (rounded),
+    every repeat of a held-out point with it."""
+    keys = point_keys(meas)
+    kinds = step_kinds(meas).to_numpy()
+    first: dict[tuple[int, ...], int] = {}
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    reps = np.array(sorted(first.values()), dtype=int)
+    held: set[tuple[int, ...]] = set()
+    for kind in sorted(set(kinds[reps].tolist())):
+        idx = rng.permutation(reps[kinds[reps] == kind])
+        held |= {keys[i] for i in idx[: int(round(len(idx) / 3))]}
+    return np.array([key in held for key in keys], dtype=bool)
 
 
 def error_summary(
