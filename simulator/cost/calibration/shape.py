@@ -25,8 +25,9 @@ INNER_FOLDS = 10
 """Folds of the inner cross-validation that chooses the shape (fewer if the points are few).
 10, not 5: a Splitwise training set holds 8-9 prefill points, so each fold holds out at most
 one of them (leave-one-out on prefills), and which prefills happen to share a fold no longer
-sways the choice. On 20 random held-out thirds (benchmarks/heldout_thirds.py) 5 folds left 15
-(group, kind) cells above 12%, 10 folds 13, at twice the fits."""
+sways the choice. On 30 random held-out thirds (benchmarks/heldout_thirds.py) 5 folds left 29
+of the 720 (group, kind) cells above 12% and a worst cell of 67%, 10 folds 27 and 45%, at
+twice the fits."""
 
 SPARE_POINTS = 2
 """A shape is a candidate only if every inner training fold holds at least this many distinct
