@@ -195,6 +195,22 @@ def sigterm_raises_terminated() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
+def console_table(table: Any, keys: list[str], cols: dict[str, tuple[str, float]]) -> Any:
+    """A console table of a sweep or search: the grid keys (headed with their units) and
+    ``status``, then each of ``cols`` that ``table`` has (column -> (heading, scale)), as
+    numbers times the scale."""
+    import pandas as pd
+
+    from simulator.plots.sweep import axis_label
+
+    show = table[[*keys, "status"]].rename(columns={k: axis_label(k) for k in keys})
+    for col, (heading, scale) in cols.items():
+        if col in table:
+            values = pd.to_numeric(table[col], errors="coerce")
+            show[heading] = values * scale if scale != 1.0 else values
+    return show
+
+
 def silence_stdout() -> None:
     """After a broken pipe (``servesim presets | head -1``), send what is left of stdout to
     /dev/null, so Python's final flush fails no more (see "Note on SIGPIPE" in the ``signal``

@@ -12,6 +12,7 @@ from simulator.cli.common import (
     add_backend_args,
     add_format_arg,
     add_scenario_args,
+    console_table,
     results_folder,
 )
 
@@ -199,8 +200,6 @@ def _scenario_yaml(cfg: Any, args: argparse.Namespace) -> str:
 def search_console_table(table: pd.DataFrame, keys: list[str]) -> str:
     """One row per deployment: its answer and cost, units in the headings; ``*`` marks the
     cheapest that serves the SLO."""
-    from simulator.plots.sweep import axis_label
-
     unit = str(table["unit"].dropna().iloc[0]) if table["unit"].notna().any() else ""
     answer = "replicas" if "replicas" in table else "capacity"
     cols = {  # column -> (heading, scale)
@@ -212,15 +211,6 @@ def search_console_table(table: pd.DataFrame, keys: list[str]) -> str:
         "ttft_p99_s": ("ttft_p99 (ms)", 1e3),
         "num_simulations": ("runs", 1.0),
     }
-    show = table[[*keys, "status"]].rename(columns={k: axis_label(k) for k in keys})
-    for col, (heading, scale) in cols.items():
-        if col in table:
-            show[heading] = pd_numeric(table[col]) * scale
+    show = console_table(table, keys, cols)
     show[""] = ["*" if c else "" for c in table["cheapest"]]
     return show.to_string(index=False, float_format=lambda v: f"{v:.4g}")
-
-
-def pd_numeric(col: Any) -> Any:
-    import pandas as pd
-
-    return pd.to_numeric(col, errors="coerce")

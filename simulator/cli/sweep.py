@@ -7,7 +7,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.cli.common import Subparsers, add_backend_args, add_format_arg
+from simulator.cli.common import Subparsers, add_backend_args, add_format_arg, console_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -103,8 +103,6 @@ def _run_into(
 def _sweep_table(table: pd.DataFrame, keys: list[str]) -> str:
     """The sweep's headline figures, one row per point, each column headed with its unit;
     goodput and SLO attainment when the scenario sets an SLO."""
-    from simulator.plots.sweep import axis_label
-
     cols = {  # summary column -> (heading, scale)
         "ttft_p50_s": ("ttft_p50 (ms)", 1e3),
         "ttft_p99_s": ("ttft_p99 (ms)", 1e3),
@@ -115,8 +113,5 @@ def _sweep_table(table: pd.DataFrame, keys: list[str]) -> str:
         "slo_attainment": ("within SLO (%)", 100.0),
         "num_preemptions": ("preemptions", 1.0),
     }
-    show = table[[*keys, "status"]].rename(columns={k: axis_label(k) for k in keys})
-    for col, (heading, scale) in cols.items():
-        if col in table:
-            show[heading] = table[col] * scale if scale != 1.0 else table[col]
+    show = console_table(table, keys, cols)
     return show.to_string(index=False, float_format=lambda v: f"{v:.1f}")
