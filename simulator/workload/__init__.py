@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.workload.arrivals import arrival_times
 from simulator.workload.config import TraceConfig, WorkloadConfig
 from simulator.workload.replay import replay
-from simulator.workload.synthetic import arrival_times, check_empirical, draw, sample_lengths
+from simulator.workload.synthetic import check_empirical, draw, sample_lengths
 from simulator.workload.workload import Workload
 
 __all__ = [
