@@ -1,6 +1,6 @@
 """Autoscaling policies: what a fleet's metrics say the replica count should be, by the
 Kubernetes HPA's formula ``ceil(current * metric / target)`` with its tolerance and its
-handling of replicas that are still starting (docs/cluster.md, "Autoscaling")."""
+handling of replicas that are still starting (docs/autoscaling.md)."""
 
 from __future__ import annotations
 

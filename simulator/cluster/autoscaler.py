@@ -1,7 +1,7 @@
 """A scenario's ``cluster.autoscaler:`` and the controller that turns a policy's wish into the
 replica count to run: every ``interval_s`` it reads the metrics of a window that ends
 ``metrics_delay_s`` ago, asks its policy, then applies Kubernetes HPA's stabilization windows
-and the ``min_replicas``/``max_replicas`` bounds (docs/cluster.md, "Autoscaling")."""
+and the ``min_replicas``/``max_replicas`` bounds (docs/autoscaling.md)."""
 
 from __future__ import annotations
 
