@@ -360,3 +360,13 @@ def test_a_closed_loop_throttles_scheduled_arrivals(tmp_path: Path) -> None:
     finish = result.requests["finish_s"].to_numpy()
     in_flight = [int(((sent <= t) & (finish > t)).sum()) for t in sent]
     assert max(in_flight) <= 3
+
+
+def test_validate_reads_the_schedule_csv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = csv_file(tmp_path, "0,1\n10,2\n10,3\n")
+    assert main(["validate", str(_scenario(tmp_path, {"rate_schedule_csv": bad}))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "rate.csv:4: time 10.0 is not after the previous time 10.0" in err
+    assert len(err.splitlines()) == 1
