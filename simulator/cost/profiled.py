@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.cost.batch import Batch
 from simulator.cost.interface import CostModel
-from simulator.cost.presets import HardwareSpec, ModelSpec
+from simulator.cost.presets import Dtype, HardwareSpec, ModelSpec
 from simulator.cost.profiles import Curve, OperatorProfile, ProfileFormat
 from simulator.errors import InputError, warn
 
@@ -60,6 +60,11 @@ class ProfiledCostConfig(BaseModel):
     hardware preset's (with neither, ``tp > 1`` leaves the all-reduces out, with a warning)."""
     allreduce_latency_us: float | None = Field(default=None, ge=0)
     """Fixed latency of one all-reduce, microseconds; default: the hardware preset's, else 0."""
+    weight_dtype: Dtype | None = None
+    """Dtype of the weights the profile was measured with, overriding the model's: the KV
+    budget's weight bytes (the profile's times are what they are)."""
+    kv_dtype: Dtype | None = None
+    """Dtype of the KV cache, overriding the model's: the KV budget and roofline attention."""
     skew: bool = True
     """Apply the profile's skew correction where it has one (LLMServingSim's ``skew_fit``:
     decodes of different contexts are slower than at their mean). It needs each decode's
@@ -80,6 +85,7 @@ class ProfiledCostModel(CostModel):
                 f"cost_model.tp: {cfg.tp} does not divide num_heads={model.num_heads} "
                 f"of model {model.name}"
             )
+        model = model.with_dtypes(cfg.weight_dtype, cfg.kv_dtype)
         _check_shape(profile, model)
         self.cfg, self.model, self.hw, self.profile = cfg, model, hw, profile
         self.num_layers = model.num_layers
@@ -283,7 +289,7 @@ class ProfiledCostModel(CostModel):
             pairs, read = counts
             m, tp = self.model, self.cfg.tp
             flops = m.attention_flops_per_pair / tp * pairs
-            nbytes = m.kv_bytes_per_token / tp * read
+            nbytes = m.kv_bytes_per_token_per_gpu(tp) * read
             return max(flops / self._compute_rate, nbytes / self._memory_rate)
         limits = self._limits
         if pc > limits[2] or kvp > limits[3] or nd > limits[4] or kvd > limits[5]:
