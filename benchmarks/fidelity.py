@@ -132,25 +132,11 @@ def splitwise_groups() -> list[GroupResult]:
             name=name,
             source=source,
         )
-        notes = SPLITWISE_STACK + preset.notes + _splitwise_note(str(group))
-        preset = preset.model_copy(update={"notes": notes})
+        preset = preset.model_copy(update={"notes": preset.notes + _splitwise_note(str(group))})
         out.append(
             GroupResult(name, str(group), preset, rows, _roofline_ms(rows, model, hardware, tp))
         )
     return out
-
-
-SPLITWISE_STACK = (
-    "Measured on the Splitwise stack of 2023 (DGX-A100/DGX-H100; Patel et al., Splitwise, ISCA "
-    "2024; splitwise-sim commit 8f99e7d), not on vLLM V1: a 2026 vLLM with CUDA graphs decodes "
-    "several times faster on the same GPUs (issue 20: TPOT off 5x on real H100 runs). "
-)
-"""What the Splitwise presets' notes say first: the stack and year they were measured on."""
-VIDUR_STACK = (
-    "Measured on the Vidur stack of 2024 (Agrawal et al., Vidur, MLSys 2024; vidur commit "
-    "7d47513), not on vLLM V1. "
-)
-"""What the Vidur presets' notes say first."""
 
 
 def _splitwise_note(group: str) -> str:
@@ -200,7 +186,7 @@ def vidur_groups() -> list[GroupResult]:
                 "leaves attention, kv_read and the per-sequence terms at 0 and underestimates "
                 "whole steps."
             )
-            preset = preset.model_copy(update={"notes": VIDUR_STACK + preset.notes + note})
+            preset = preset.model_copy(update={"notes": preset.notes + note})
             roof = _roofline_ms(rows, model, hardware, tp)
             out.append(GroupResult(name, str(group), preset, rows, roof))
     return out
