@@ -7,6 +7,7 @@ from pydantic import ValidationError
 
 from simulator.cost.model_spec import DTYPE_BYTES, ModelSpec
 from simulator.cost.presets import list_presets, load_model
+from simulator.errors import InputError
 
 BASE = {
     "name": "toy",
@@ -56,6 +57,9 @@ def test_moe_counts_by_hand() -> None:
     rest = m.weight_bytes - m.routed_expert_bytes
     assert m.weight_bytes_per_gpu(1, ep=4) == rest + m.routed_expert_bytes / 4
     assert m.weight_bytes_per_gpu(2) == m.weight_bytes / 2
+    assert m.experts_per_rank(4) == 4
+    with pytest.raises(InputError, match="expert-parallel degree 3 does not divide num_experts=16"):
+        m.weight_bytes_per_gpu(1, ep=3)
 
 
 def test_layer_selection_rules() -> None:

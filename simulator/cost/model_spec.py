@@ -6,26 +6,12 @@ Formulas and sources: ``docs/cost_models.md`` ("Model shape").
 
 from __future__ import annotations
 
-import math
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from simulator.cost.dtypes import DTYPE_BYTES, Dtype, nbytes
+from simulator.errors import InputError
+
 __all__ = ["DTYPE_BYTES", "Dtype", "ModelSpec"]
-
-Dtype = Literal["bf16", "fp16", "fp8", "fp4"]
-"""Element types of weights and KV cache the cost models price."""
-
-DTYPE_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
-"""Bytes per element of each dtype (block scales of fp8/fp4 formats, 1 byte per 16-32
-elements, are not counted)."""
-
-
-def _nbytes(count: int, per_element: float | int) -> int:
-    """Bytes of ``count`` elements, rounded up (exact integer arithmetic for whole bytes)."""
-    if isinstance(per_element, int):
-        return count * per_element
-    return math.ceil(count * per_element)
 
 
 class ModelSpec(BaseModel):
@@ -271,17 +257,26 @@ class ModelSpec(BaseModel):
         if self.weight_dtype is None:
             return self.num_params * self.dtype_bytes
         kept = self._unquantized_params
-        return kept * self.dtype_bytes + _nbytes(self.num_params - kept, self.weight_dtype_bytes)
+        return kept * self.dtype_bytes + nbytes(self.num_params - kept, self.weight_dtype_bytes)
 
     @property
     def expert_bytes(self) -> int:
         """Bytes of one routed expert in one layer."""
-        return _nbytes(self.expert_params, self.weight_dtype_bytes)
+        return nbytes(self.expert_params, self.weight_dtype_bytes)
 
     @property
     def routed_expert_bytes(self) -> int:
         """Bytes of all routed experts of all layers."""
         return self.num_moe_layers * (self.num_experts or 0) * self.expert_bytes
+
+    def experts_per_rank(self, ep: int) -> int:
+        """Routed experts each of ``ep`` expert-parallel ranks holds; ``ep`` must divide them."""
+        e = self.num_experts or 0
+        if ep < 1 or e % ep:
+            raise InputError(
+                f"expert-parallel degree {ep} does not divide num_experts={e} of {self.name}"
+            )
+        return e // ep
 
     def weight_bytes_per_gpu(self, tp: int, ep: int | None = None) -> float:
         """Bytes of weights one GPU holds: everything but the routed experts split over the
@@ -289,6 +284,8 @@ class ModelSpec(BaseModel):
         parallelism over all ranks; None: ``tp``, experts sharded as the rest)."""
         if not self.is_moe:
             return self.weight_bytes / tp
+        if ep is not None:
+            self.experts_per_rank(ep)
         routed = self.routed_expert_bytes
         return (self.weight_bytes - routed) / tp + routed / (ep or tp)
 
@@ -307,7 +304,7 @@ class ModelSpec(BaseModel):
         if self.kv_dtype is None and self.kv_lora_rank is None:
             return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
         elements = self.num_layers * self.kv_elements_per_token_per_layer
-        return _nbytes(elements, self.kv_dtype_bytes)
+        return nbytes(elements, self.kv_dtype_bytes)
 
     def kv_bytes_per_token_per_gpu(self, tp: int) -> float:
         """KV bytes of one token on one GPU of a ``tp`` group: its share of the KV heads; MLA's
