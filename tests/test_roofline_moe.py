@@ -167,3 +167,11 @@ def test_a_missing_spec_names_the_field() -> None:
     assert hw.require("interconnect_bandwidth", "tp > 1") == 900e9
     with pytest.raises(InputError, match="b200: allreduce_latency_us not given .the all-reduce"):
         hw.require("allreduce_latency_us", "the all-reduce latency")
+
+
+def test_a_source_for_an_unknown_field_is_refused(tmp_path: Path) -> None:
+    text = (Path(__file__).parents[1] / "configs/hardware/l4.yaml").read_text()
+    bad = tmp_path / "l4.yaml"
+    bad.write_text(text.replace("  hbm_bandwidth:", "  hbm_bandwith:"))
+    with pytest.raises(InputError, match=r"field 'sources': .*unknown fields \['hbm_bandwith'\]"):
+        load_hardware(str(bad))

@@ -3,7 +3,7 @@ them (presets: ``configs/hardware/``, each value with its datasheet source)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simulator.errors import InputError
 
@@ -50,6 +50,15 @@ class HardwareSpec(BaseModel):
     """Where ``cost_per_hour`` comes from, and when."""
     sources: dict[str, str] = Field(default_factory=dict)
     """Per field, the document (and URL) its value comes from, where ``source`` is not enough."""
+
+    @field_validator("sources")
+    @classmethod
+    def _sources_name_fields(cls, value: dict[str, str]) -> dict[str, str]:
+        # a source for a field that does not exist is a typo hiding a value without one
+        unknown = sorted(set(value) - set(cls.model_fields))
+        if unknown:
+            raise ValueError(f"sources for unknown fields {unknown}")
+        return value
 
     def peak_flops_for(self, dtype: str) -> float:
         """Dense tensor-core FLOP/s at ``dtype`` (bf16, fp16, fp8, fp4); a dtype the GPU has no
