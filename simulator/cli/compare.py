@@ -19,13 +19,15 @@ def run(args: argparse.Namespace) -> int:
     SIM is a folder written by `servesim run`, or a scenario YAML, simulated here first
     (nothing of the run is saved). MEASURED is LLMServingSim's requests.jsonl (TTFT and E2E
     then count from the engine queue on both sides, as that file records them), the JSON of
-    `vllm bench serve --save-result --save-detailed`, or a CSV request_id,ttft_s,tpot_s,e2e_s.
-    A run folder gets the CDF figure as compare.png unless --plot or --no-plot says otherwise.
+    `vllm bench serve --save-result --save-detailed` (or `servesim run --vllm-bench-json`),
+    guidellm's benchmarks.json (one comparison per benchmark in it), or a CSV
+    request_id,ttft_s,tpot_s,e2e_s. A run folder gets the CDF figure as compare.png (one
+    compare-N.png per guidellm benchmark) unless --plot or --no-plot says otherwise.
     """
     from simulator.output_file import check_output_file, write_text
     from simulator.results.writer import json_safe
     from simulator.validation.compare import compare, format_table, simulated
-    from simulator.validation.measured import guess_format, read_measured
+    from simulator.validation.measured import guess_format, read_measured_runs
 
     for flag, target in (("--json", args.json), ("--plot", args.plot)):
         if not target:
@@ -37,25 +39,43 @@ def run(args: argparse.Namespace) -> int:
         default_plot = Path(args.sim) / "compare.png"
         check_output_file(default_plot, str(default_plot))
     fmt = args.format or guess_format(args.measured)
-    meas = read_measured(args.measured, fmt)  # a bad file fails before anything is simulated
+    # a bad file fails before anything is simulated
+    runs = read_measured_runs(args.measured, fmt)
     requests, summary, label, folder = _simulation(args.sim, args.set)
-    sim = simulated(requests, summary, meas.reference, label)
-    metrics = compare(sim, meas)
-    since = "the engine queue" if meas.reference == "queued" else "arrival"
-    print(f"{label} vs {args.measured} ({fmt}; {len(meas)} requests; TTFT and E2E from {since})")
-    print(format_table(metrics))
+    results = []
+    for i, (name, meas) in enumerate(runs):
+        sim = simulated(requests, summary, meas.reference, label)
+        metrics = compare(sim, meas)
+        since = "the engine queue" if meas.reference == "queued" else "arrival"
+        what = args.measured if len(runs) == 1 else f"{args.measured} {name}"
+        if i:
+            print()
+        print(f"{label} vs {what} ({fmt}; {len(meas)} requests; TTFT and E2E from {since})")
+        print(format_table(metrics))
+        results.append((name, sim, meas, metrics))
     if args.json:
-        text = json.dumps({"metrics": json_safe(metrics)}, indent=2, allow_nan=False) + "\n"
-        write_text(args.json, text, f"--json {args.json}")
+        if len(runs) == 1:
+            doc: dict[str, Any] = {"metrics": json_safe(results[0][3])}
+        else:
+            doc = {
+                "benchmarks": [{"benchmark": n, "metrics": json_safe(m)} for n, _, _, m in results]
+            }
+        write_text(
+            args.json, json.dumps(doc, indent=2, allow_nan=False) + "\n", f"--json {args.json}"
+        )
     plot = None if args.no_plot else args.plot or (folder / "compare.png" if folder else None)
     if plot is not None:
         from simulator.plots.compare import plot_compare_cdfs
         from simulator.plots.style import save_figure
 
-        path = save_figure(
-            plot_compare_cdfs(sim, meas, f"{label} vs {Path(args.measured).name}"), Path(plot)
-        )
-        print(f"figure: {path}")
+        for i, (name, sim, meas, _) in enumerate(results):
+            target = Path(plot)
+            if len(results) > 1:  # one figure per benchmark: compare-0.png, compare-1.png, ...
+                target = target.with_name(f"{target.stem}-{i}{target.suffix}")
+            title = f"{label} vs {Path(args.measured).name}" + (
+                f" {name}" if len(results) > 1 else ""
+            )
+            print(f"figure: {save_figure(plot_compare_cdfs(sim, meas, title), target)}")
     return 0
 
 
@@ -93,8 +113,9 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("measured", metavar="MEASURED", help="the measured run's file")
     p.add_argument(
         "--format",
-        choices=["llmservingsim", "vllm-bench", "csv"],  # validation.measured.FORMATS
-        help="format of MEASURED (default: from its name: .jsonl, .json, .csv)",
+        choices=["llmservingsim", "vllm-bench", "guidellm", "csv"],  # measured.FORMATS
+        help="format of MEASURED (default: from its name: .jsonl, .json, .csv; a .json with "
+        "a 'benchmarks' list is guidellm's)",
     )
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON (seconds)")
     p.add_argument("--plot", metavar="FILE", help="write the CDF figure here")
