@@ -24,10 +24,9 @@ def run(args: argparse.Namespace) -> int:
     request_id,ttft_s,tpot_s,e2e_s. A run folder gets the CDF figure as compare.png (one
     compare-N.png per guidellm benchmark) unless --plot or --no-plot says otherwise.
     """
-    from simulator.output_file import check_output_file, write_text
-    from simulator.results.writer import json_safe
-    from simulator.validation.compare import compare, format_table, simulated
-    from simulator.validation.measured import guess_format, read_measured_runs
+    from simulator.output_file import check_output_file
+    from simulator.validation.compare import compare, format_table, read_measured_runs, simulated
+    from simulator.validation.measured import guess_format
 
     for flag, target in (("--json", args.json), ("--plot", args.plot)):
         if not target:
@@ -54,29 +53,35 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(metrics))
         results.append((name, sim, meas, metrics))
     if args.json:
-        if len(runs) == 1:
-            doc: dict[str, Any] = {"metrics": json_safe(results[0][3])}
-        else:
-            doc = {
-                "benchmarks": [{"benchmark": n, "metrics": json_safe(m)} for n, _, _, m in results]
-            }
-        write_text(
-            args.json, json.dumps(doc, indent=2, allow_nan=False) + "\n", f"--json {args.json}"
-        )
+        _write_json(args.json, [(name, metrics) for name, _, _, metrics in results])
     plot = None if args.no_plot else args.plot or (folder / "compare.png" if folder else None)
     if plot is not None:
-        from simulator.plots.compare import plot_compare_cdfs
-        from simulator.plots.style import save_figure
-
-        for i, (name, sim, meas, _) in enumerate(results):
-            target = Path(plot)
-            if len(results) > 1:  # one figure per benchmark: compare-0.png, compare-1.png, ...
-                target = target.with_name(f"{target.stem}-{i}{target.suffix}")
-            title = f"{label} vs {Path(args.measured).name}" + (
-                f" {name}" if len(results) > 1 else ""
-            )
-            print(f"figure: {save_figure(plot_compare_cdfs(sim, meas, title), target)}")
+        _plot(Path(plot), results, f"{label} vs {Path(args.measured).name}")
     return 0
+
+
+def _write_json(path: str, named: list[tuple[str, Any]]) -> None:
+    """The comparison as JSON: ``metrics``, or one entry per guidellm benchmark."""
+    from simulator.output_file import write_text
+    from simulator.results.writer import json_safe
+
+    if len(named) == 1:
+        doc: dict[str, Any] = {"metrics": json_safe(named[0][1])}
+    else:
+        doc = {"benchmarks": [{"benchmark": n, "metrics": json_safe(m)} for n, m in named]}
+    write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n", f"--json {path}")
+
+
+def _plot(plot: Path, results: list[Any], title: str) -> None:
+    """The CDF figure, or one per benchmark (``compare-0.png``, ``compare-1.png``, ...)."""
+    from simulator.plots.compare import plot_compare_cdfs
+    from simulator.plots.style import save_figure
+
+    for i, (name, sim, meas, _) in enumerate(results):
+        target, named = plot, title
+        if len(results) > 1:
+            target, named = plot.with_name(f"{plot.stem}-{i}{plot.suffix}"), f"{title} {name}"
+        print(f"figure: {save_figure(plot_compare_cdfs(sim, meas, named), target)}")
 
 
 def _simulation(sim: str, overrides: list[str]) -> tuple[Any, dict[str, Any], str, Path | None]:

@@ -78,26 +78,13 @@ def _has_benchmarks_list(file: Path) -> bool:
     return isinstance(data, dict) and isinstance(data.get("benchmarks"), list)
 
 
-def read_measured_runs(path: str | Path, fmt: MeasuredFormat) -> list[tuple[str, MeasuredRun]]:
-    """``(label, run)`` of every measured run in the file: one, or one per benchmark of a
-    guidellm ``benchmarks.json``."""
-    if fmt == "guidellm":
-        from simulator.validation.guidellm_file import read_guidellm
-
-        return read_guidellm(path)
-    return [(str(path), read_measured(path, fmt))]
-
-
 def read_measured(path: str | Path, fmt: MeasuredFormat) -> MeasuredRun:
     """The measured run at ``path`` in format ``fmt``."""
     file = Path(path)
     if not file.is_file():
         raise InputError(f"{path}: file not found")
     if fmt == "guidellm":
-        runs = read_measured_runs(file, fmt)
-        if len(runs) > 1:
-            raise InputError(f"{path}: {len(runs)} guidellm benchmarks; read them all instead")
-        return runs[0][1]
+        raise InputError(f"{path}: a guidellm file holds several runs: read_measured_runs")
     readers = {"llmservingsim": _llmservingsim, "vllm-bench": _vllm_bench, "csv": _csv}
     return readers[fmt](file)
 
