@@ -104,3 +104,54 @@ def test_nan_is_not_a_number(
         r".*quickstart\.yaml: workload\.arrival\.rate: '?\w+'? is not a number", err
     )
     assert "greater than" not in err
+
+
+def test_presets_show_sources_prices_pcap_and_the_stack_of_fitted_presets(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import yaml
+
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 120
+    flat = " ".join(out.split())
+    for kind in ("models", "hardware"):
+        for path in sorted((ROOT / "configs" / kind).glob("*.yaml")):
+            preset = yaml.safe_load(path.read_text())
+            assert " ".join(preset["source"].split()) in flat, path.name
+            if preset.get("cost_source"):
+                assert " ".join(preset["cost_source"].split()) in flat, path.name
+    assert "-pcap: Splitwise's runs of the H100 with its power capped" in flat
+    fitted = sorted((ROOT / "configs" / "fitted").glob("*.yaml"))
+    assert fitted
+    for path in fitted:
+        stack = yaml.safe_load(path.read_text())["stack"]
+        assert "2023 stack" in stack or "2024 stack" in stack, path.name
+        assert " ".join(stack.split()) in flat, path.name
+
+
+def test_a_run_with_a_fitted_preset_warns_once_of_the_stack_it_models(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = DATA / "azure2023_code.csv"
+    assert trace.is_file(), f"{trace} {MISSING}"
+    scenario = str(ROOT / "scenarios" / "azure-code-replay.yaml")
+    sets = [f"workload.trace.path={trace}", "workload.trace.max_requests=20"]
+    args = ["run", scenario, "--out", str(tmp_path / "o"), "--no-plots"]
+    assert main([*args, *(a for s in sets for a in ("--set", s))]) == 0
+    warnings = [w for w in capsys.readouterr().err.splitlines() if "times the stack" in w]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("servesim: warning: cost_model: fitted preset ")
+    assert "a 2023 stack; today's vLLM is far faster" in warnings[0]
+
+
+def test_the_readme_claim_on_fitted_presets_matches_docs_fidelity() -> None:
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "held-out median error 0.3–6.5% per group" not in readme
+    assert "2023/24 stack" in readme
+    fidelity = (ROOT / "docs" / "fidelity.md").read_text()
+    # the figures the README quotes are fidelity.md's: 5-fold medians and random thirds
+    assert "| 0.3 / 6.0 |" in fidelity and "6.5 / 6.6" in fidelity
+    assert "7.1 / 14.4 / 45.1" in fidelity
+    for figure in ("0.3–6.5%", "45%", "2–3x"):
+        assert figure in readme, figure

@@ -14,6 +14,7 @@ from simulator.cli.common import (
     add_steps_arg,
     format_replicas,
     format_summary,
+    warn_stack,
 )
 
 
@@ -46,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from simulator.runner import run as run_scenario
 
     cfg = resolve(load_scenario(args.scenario, parse_overrides(args.set)))
+    warn_stack(cfg.cost_model)
     if args.vllm_bench_json:
         from simulator.output_file import check_output_file
 

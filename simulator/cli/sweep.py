@@ -9,7 +9,13 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.cli.common import Subparsers, add_backend_args, add_format_arg, console_table
+from simulator.cli.common import (
+    Subparsers,
+    add_backend_args,
+    add_format_arg,
+    console_table,
+    warn_stack,
+)
 from simulator.errors import InputError
 
 MAX_RUNS = 10_000
@@ -81,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         # refused before anything is validated point by point, run or written
         raise InputError(f"--grid: {plan}: more than {MAX_RUNS:,} runs; pass --yes to run them")
     check_some_point_is_valid(base, grid, args.scenario)
+    warn_stack(base_cfg.cost_model)
     print(f"{name}: {plan}", file=sys.stderr)
     given = bool(args.out)
     # a default folder is reserved under a name no other sweep has, and removed on failure
