@@ -13,7 +13,7 @@ from typing import Any, Union
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-__all__ = ["format_validation_error"]
+__all__ = ["fields_at", "format_validation_error"]
 
 
 def format_validation_error(
@@ -75,12 +75,12 @@ def _suggestion(
     missing = [
         str(e["loc"][-1]) for e in errors if e["type"] == "missing" and e["loc"][:-1] == parent
     ]
-    known = missing + sorted(_fields_at(model, parent, data) - set(missing))
+    known = missing + sorted(fields_at(model, parent, data) - set(missing))
     close = difflib.get_close_matches(wrong, known, n=1)
     return (*_key(parent), close[0]) if close else ()
 
 
-def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...], data: Any) -> set[str]:
+def fields_at(model: type[BaseModel], loc: tuple[int | str, ...], data: Any) -> set[str]:
     """The keys of every config model that may sit at ``loc`` (unions: each variant's)."""
     models = [model]
     node = data

@@ -155,3 +155,25 @@ def test_the_readme_claim_on_fitted_presets_matches_docs_fidelity() -> None:
     assert "7.1 / 14.4 / 45.1" in fidelity
     for figure in ("0.3–6.5%", "45%", "2–3x"):
         assert figure in readme, figure
+
+
+def test_not_modeled_page_is_linked_and_names_what_is_missing() -> None:
+    """docs/not-modeled.md, linked from the README, stays true: what it says is missing has
+    no key in the scenario schema, and what it says is refused is refused."""
+    from simulator.config import ScenarioConfig
+    from simulator.field_errors import fields_at
+
+    page = (ROOT / "docs" / "not-modeled.md").read_text()
+    assert "](docs/not-modeled.md)" in (ROOT / "README.md").read_text()
+    for topic in ("Mixture-of-experts", "Speculative decoding", "KV offload", "Autoscaling"):
+        assert topic in page, topic
+    keys = set()
+    for loc in [(), ("scheduler",), ("serving",), ("cluster",), ("workload",), ("cost_model",)]:
+        keys |= fields_at(ScenarioConfig, loc, {})
+    for absent in ("num_experts", "expert_parallel", "data_parallel", "pipeline_parallel",
+                   "speculative", "num_speculative_tokens", "kv_offload", "autoscale",
+                   "kv_cache_dtype", "lora"):  # fmt: skip
+        assert absent not in keys, f"{absent} exists now: update docs/not-modeled.md"
+    assert "async_scheduling" in keys  # modelled as overlap only, as the page says
+    source = (ROOT / "simulator" / "cost" / "profiles" / "llmservingsim.py").read_text()
+    assert 'moe.csv").exists()' in source  # MoE bundles are refused, as the page says
