@@ -47,7 +47,6 @@ def run(args: argparse.Namespace) -> int:
     from simulator.runner import run as run_scenario
 
     cfg = resolve(load_scenario(args.scenario, parse_overrides(args.set)))
-    warn_stack(cfg.cost_model)
     if args.vllm_bench_json:
         from simulator.output_file import check_output_file
 
@@ -74,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
             with suppress(OSError):
                 out.rmdir()  # only if still empty
         raise
+    # after the run, so bad input stays one line
+    warn_stack(cfg.cost_model)
     print(f"{cfg.name}: results in {out}")
     print(format_summary(result.summary))
     if result.replicas is not None:
