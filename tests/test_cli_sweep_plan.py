@@ -75,3 +75,35 @@ def test_an_absurd_grid_is_refused_unless_yes(
     assert err.endswith("more than 10,000 runs; pass --yes to run them")
     assert "roughly" in err
     assert not out.exists()
+
+
+def test_a_wide_sweep_table_fits_120_columns_with_one_format_per_column(
+    scenario_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    argv = ["sweep", str(scenario_file), "--out", str(out), "--jobs", "1", "--no-plots"]
+    argv += ["--set", "slo.ttft_ms=200", "--set", "slo.tpot_ms=20"]
+    argv += [
+        "--grid",
+        "scheduler.max_num_seqs=4,16",
+        "--grid",
+        "scheduler.max_num_batched_tokens=128,512",
+    ]
+    argv += ["--grid", "workload.arrival.rate=2,8"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert max(map(len, lines)) <= 120
+    blocks = "\n".join(lines).split("\n\n")
+    assert len(blocks) >= 2  # wrapped: each block repeats the grid keys and status
+    for block in blocks:
+        rows = block.splitlines()
+        assert "scheduler.max_num_seqs" in rows[0] and "status" in rows[0]
+        assert len(rows) == 2 + 8
+    # one format per column: every figure of a column has as many decimals
+    import re
+
+    for block in blocks:
+        rows = [r.split() for r in block.splitlines()[2:]]
+        for col in zip(*rows, strict=True):
+            decimals = {len(v.partition(".")[2]) for v in col if re.fullmatch(r"[\d,]+(\.\d+)?", v)}
+            assert len(decimals) <= 1, col

@@ -180,5 +180,7 @@ def _sweep_table(table: pd.DataFrame, keys: list[str]) -> str:
         "slo_attainment": ("within SLO (%)", 100.0),
         "num_preemptions": ("preemptions", 1.0),
     }
+    from simulator.cli.console import render
+
     show = console_table(table, keys, cols)
-    return show.to_string(index=False, float_format=lambda v: f"{v:.1f}")
+    return render(show, ident=len(keys) + 1)
