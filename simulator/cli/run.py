@@ -97,8 +97,8 @@ def _write_vllm_bench(path: str, result: Any, cfg: Any) -> None:
         "label": cfg.name,
         "model_id": None if model is None else str(model),
         "tokenizer_id": None if model is None else str(model),
-        # vLLM writes an unlimited rate as "inf"
-        "request_rate": "inf" if rate is None or rate == float("inf") else float(rate),
+        # vLLM writes an unlimited rate as "inf"; a trace replay has no one rate: null
+        "request_rate": None if rate is None else "inf" if rate == float("inf") else float(rate),
         "burstiness": 1.0,
         "max_concurrency": cfg.workload.max_concurrency,
     }
