@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-DATA = Path(__file__).parent / "data" / "vllm_v1_scheduler"
-SPEC = DATA / "spec_decode.jsonl.gz"
-ASYNC = DATA / "async.jsonl.gz"
+RECORDED = Path(__file__).parent / "data" / "vllm_v1_scheduler"
+SPEC = RECORDED / "spec_decode.jsonl.gz"
+ASYNC = RECORDED / "async.jsonl.gz"
 
 Case = dict[str, Any]
 
