@@ -101,8 +101,11 @@ def format_summary(summary: dict[str, Any]) -> str:
 
     stats = ["mean", *_percentile_columns(summary)]
     lines = [
-        f"requests   {summary['num_finished']} finished, {summary['num_rejected']} rejected "
-        f"of {summary['num_requests']}, {summary['num_preemptions']} preemptions",
+        f"rejected   {summary['num_rejected']:,} of {summary['num_requests']:,} requests "
+        f"({num('rejected_share', '.1%')})"
+        + (": they can never fit in the KV cache" if summary["num_rejected"] else ""),
+        f"requests   {summary['num_finished']:,} finished, "
+        f"{summary['num_preemptions']:,} preemptions",
         f"duration   {num('duration_s', '.2f')} s simulated, {summary['num_steps']} steps",
         f"throughput {num('request_throughput', '.2f')} req/s, "
         f"{num('output_token_throughput', '.0f')} output tok/s, "
@@ -120,6 +123,24 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"({num('slo_attainment', '.1f', 100)}% of requests meet the SLO)"
         )
     return "\n".join(lines)
+
+
+MOST_REJECTED = 0.5
+"""A run that rejects more than this share of its requests exits 1 (``served_too_little``)."""
+
+
+def served_too_little(summary: dict[str, Any]) -> str | None:
+    """Why a run served too little to pass for a result (exit 1): no request finished, or
+    most were rejected; None otherwise."""
+    n, done, rejected = summary["num_requests"], summary["num_finished"], summary["num_rejected"]
+    if n and done == 0:
+        return f"no request finished ({rejected:,} of {n:,} rejected)"
+    if n and rejected / n > MOST_REJECTED:
+        return (
+            f"{rejected:,} of {n:,} requests ({rejected / n:.1%}) rejected: they can never fit "
+            "in the KV cache (scheduler.num_blocks, or prompt/output lengths)"
+        )
+    return None
 
 
 @contextmanager

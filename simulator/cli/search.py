@@ -135,10 +135,11 @@ def run(args: argparse.Namespace) -> int:
         write_search(table, tmp, _meta(args, spec, cfg), _scenario_yaml(cfg, args),
                      not args.no_plots, args.format)  # fmt: skip
     failed = int((table["status"] == "failed").sum())
-    print(
-        f"{cfg.name}: {len(table) - failed} of {len(table)} deployments searched; results in {out}"
-    )
+    counts = ", ".join(f"{n} {status}" for status, n in table["status"].value_counts().items())
+    print(f"{cfg.name}: {len(table)} deployments searched ({counts}); results in {out}")
     print(search_console_table(table, list(spec.grid)))
+    for row in table[table["reason"].notna()].itertuples(index=False):
+        print(f"  {row.point}: {row.status}: {row.reason}")  # every non-found status says why
     return 1 if failed else 0
 
 

@@ -41,7 +41,12 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Run the cartesian product of grids in parallel processes."""
     from simulator.explore.backends import check_backend
-    from simulator.explore.sweep import check_some_point_is_valid, parse_grid, sweep_base
+    from simulator.explore.sweep import (
+        check_points_fit,
+        check_some_point_is_valid,
+        parse_grid,
+        sweep_base,
+    )
     from simulator.results.outdir import default_out_dir, reserve_out_dir
 
     # validate every grid point first, then run them, then write table and plots
@@ -50,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     name = base_cfg.name
     check_backend(args.backend, args.jobs, args.address)
     check_some_point_is_valid(base, grid, args.scenario)
+    check_points_fit(base, grid, args.scenario)  # a deployment that cannot exist: exit 2
     given = bool(args.out)
     # a default folder is reserved under a name no other sweep has, and removed on failure
     out = Path(args.out) if given else reserve_out_dir(default_out_dir(f"{name}-sweep"))

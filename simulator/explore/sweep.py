@@ -234,3 +234,29 @@ def check_some_point_is_valid(base: dict[str, Any], grid: dict[str, list[Any]], 
             return
     assert first is not None
     raise InputError(f"every grid point is invalid, e.g. {first}")
+
+
+_MEMORY_KEYS = ("scheduler", "cost_model", "cluster")
+"""Top-level keys a deployment's memory depends on (a grid of loads or seeds is checked once)."""
+
+
+def check_points_fit(base: dict[str, Any], grid: dict[str, list[Any]], src: str) -> None:
+    """Every valid grid point's deployment fits in its GPUs' memory (``simulator.feasibility``),
+    else one line naming the first that does not, before anything runs. Points that set the
+    same scheduler, cost model and cluster keys are checked once."""
+    from simulator.feasibility import DoesNotFit
+    from simulator.runner import resolve
+
+    keys = [k for k in grid if k.split(".")[0] in _MEMORY_KEYS]
+    seen: set[str] = set()
+    for point in grid_points(grid):
+        key = json.dumps([point.values[k] for k in keys], sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            resolve(validate(apply_overrides(base, point.values, src), f"{src} [{point.name}]"))
+        except DoesNotFit as err:
+            raise InputError(f"{src} [{point.name}]: {err}") from None
+        except InputError:
+            continue  # an invalid point fails as a point of the sweep, as before
