@@ -179,3 +179,80 @@ def test_capacity_runs_five_seeds_and_reports_intervals_to_their_digits(
     assert 10.0**-decimals <= half < 10.0 ** (1 - decimals)  # digits the interval supports
     assert float(shown[1]) == pytest.approx(found["capacity"], abs=10.0**-decimals / 2)
     assert (out / "plots" / "capacity.png").stat().st_size > 20_000
+
+
+def test_sweep_repeats_each_point_over_seeds_and_plots_the_spread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sw"
+    argv = ["sweep", str(write(tmp_path, SMALL)), "--grid", "workload.arrival.rate=4,8"]
+    assert main([*argv, "--seeds", "3", "--out", str(out), "--jobs", "1"]) == 0
+    table = pd.read_parquet(out / "sweep.parquet")
+    assert list(table["seed"]) == [3, 4, 5, 3, 4, 5]  # SMALL's seed, +1, +2 per point
+    assert table.groupby("workload.arrival.rate")["ttft_p99_s"].nunique().min() == 3
+    meta = json.loads((out / "sweep.json").read_text())
+    assert meta["keys"] == ["workload.arrival.rate"] and meta["seeds"] == [3, 4, 5]
+    assert (out / "plots" / "sweep_workload_arrival_rate.png").stat().st_size > 20_000
+    assert main([*argv, "--seeds", "0", "--out", str(tmp_path / "x")]) == 2
+
+
+# ------------------------------------------------------------- clear figures
+
+
+def _cluster_run(tmp_path: Path, name: str, *sets: str) -> tuple[pd.DataFrame, dict[str, Any], str]:
+    from tests.paths import DATA
+
+    out = tmp_path / f"{name}-{len(sets)}"
+    argv = ["run", str(ROOT / "scenarios" / f"{name}.yaml"), "--out", str(out), "--no-plots"]
+    argv += ["--set", f"workload.trace.path={DATA / 'azure2023_conv.csv'}"]
+    argv += ["--set", "workload.trace.max_requests=1500", "--steps", "none"]
+    for item in sets:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    return pd.read_parquet(out / "replicas.parquet"), summary, out.name
+
+
+def test_a_fleet_far_from_saturation_does_not_read_as_saturated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # eight replicas with KV ~3% used: every replica steps most of the time (any held
+    # request keeps it stepping), but hardly a step leaves out a request it holds
+    table, summary, _ = _cluster_run(tmp_path, "cluster-routing")
+    assert summary["utilization_mean"] > 0.8
+    assert summary["saturated_share_mean"] < 0.05
+    assert (table["saturated_share"] < 0.05).all()
+    printed = capsys.readouterr().out
+    assert re.search(r"replicas   8, saturated \d\.\d% of the time mean", printed), printed
+    assert summary["saturated_share"] == summary["saturated_share_mean"]
+    # the same requests in a tenth of the time: a burst the fleet drains for a minute, a
+    # quarter of which it spends saturated
+    _, loaded, _ = _cluster_run(tmp_path, "cluster-routing", "workload.trace.time_scale=0.02")
+    assert loaded["saturated_share_mean"] > max(0.2, 5 * summary["saturated_share_mean"])
+
+
+def test_a_prefill_replica_shows_the_requests_it_handled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table, summary, _ = _cluster_run(tmp_path, "pd-disaggregation")
+    prefill = table[table["role"] == "prefill"].iloc[0]
+    assert prefill["num_requests"] == prefill["num_finished"] == summary["num_finished"] == 1500
+    assert prefill["request_throughput"] == pytest.approx(1500 / summary["duration_s"])
+    decode = table[table["role"] == "decode"]
+    assert decode["num_finished"].sum() == 1500
+    row = next(line for line in capsys.readouterr().out.splitlines() if " prefill " in line)
+    assert float(row.split()[5]) > 0  # req/s on the console too
+
+
+def test_search_says_why_a_point_has_no_capacity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "srch"
+    argv = ["search", QUICKSTART, *SHORT, "--grid", "scheduler.num_blocks=40,4000"]
+    argv += ["--slo", "ttft_p99_ms=2000,tpot_p99_ms=50", "--seeds", "1", "--jobs", "1"]
+    assert main([*argv, "--out", str(out), "--no-plots"]) == 0
+    table = pd.read_parquet(out / "search.parquet").set_index("scheduler.num_blocks")
+    assert table.loc[40, "status"] == "none"
+    assert re.search(r"\d+ rejected", table.loc[40, "reason"]), table.loc[40, "reason"]
+    assert table.loc[4000, "status"] == "found" and pd.isna(table.loc[4000, "reason"])
+    assert "num_blocks=40: none: seed 0: the SLO is missed even at" in capsys.readouterr().out

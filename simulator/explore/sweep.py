@@ -260,3 +260,15 @@ def check_points_fit(base: dict[str, Any], grid: dict[str, list[Any]], src: str)
             raise InputError(f"{src} [{point.name}]: {err}") from None
         except InputError:
             continue  # an invalid point fails as a point of the sweep, as before
+
+
+def seeded_grid(grid: dict[str, list[Any]], seeds: int, first: int) -> dict[str, list[Any]]:
+    """The grid a sweep runs: with ``seeds`` > 1, every point once per seed ``first``,
+    ``first + 1``, ... (a ``seed`` column last, which the plots aggregate over)."""
+    if seeds < 1:
+        raise InputError(f"--seeds {seeds}: must be >= 1")
+    if seeds == 1:
+        return grid
+    if "seed" in grid:
+        raise InputError("--seeds: seed is also a --grid key; give it in one of the two")
+    return {**grid, "seed": [first + i for i in range(seeds)]}

@@ -73,6 +73,8 @@ def summarize(
         # time-weighted over the whole run: an idle server holds no KV
         "kv_utilization_mean": steps.kv_time / duration if duration > 0 else 0.0,
         "kv_utilization_max": steps.kv_max,
+        # the share of the run in saturated steps (some held request left out)
+        "saturated_share": steps.saturated_s / duration if duration > 0 else 0.0,
         # prompt tokens the prefix cache served when requests were first scheduled
         "prefix_cache_hit_rate": (
             float(done["num_cached_tokens"].sum()) / in_tokens if in_tokens else float("nan")
