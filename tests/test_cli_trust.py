@@ -104,6 +104,8 @@ def test_search_marks_infeasible_points_and_picks_a_feasible_cheapest(
     assert table["cheapest"].tolist() == [False, False, True]
     printed = capsys.readouterr().out
     assert "does not fit on 1 x h100-sxm" in printed  # the reason under the table
+    # the capacity with its 95% interval, to the digits the interval supports
+    assert re.search(r" found +\d+(\.\d+)? \(\d+(\.\d+)?-\d+(\.\d+)?\) ", printed), printed
 
 
 # ------------------------------------------------------------- every request counts

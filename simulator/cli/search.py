@@ -213,5 +213,27 @@ def search_console_table(table: pd.DataFrame, keys: list[str]) -> str:
         "num_simulations": ("runs", 1.0),
     }
     show = console_table(table, keys, cols)
+    if answer == "capacity" and "capacity_ci_low" in table:
+        heading = cols["capacity"][0]
+        show[heading] = [_capacity_cell(r) for r in table.to_dict("records")]
     show[""] = ["*" if c else "" for c in table["cheapest"]]
     return show.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+
+def _capacity_cell(row: dict[Any, Any]) -> str:
+    """A point's capacity to the digits its 95% interval supports, with the interval."""
+    import math
+
+    from simulator.explore.estimate import significant
+
+    value, lo, hi = row.get("capacity"), row.get("capacity_ci_low"), row.get("capacity_ci_high")
+    if value is None or not math.isfinite(value):
+        return "-"
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return significant(value, None, 0.02)
+    half = (hi - lo) / 2
+
+    def fmt(v: float) -> str:
+        return significant(v, half, 0.02)
+
+    return f"{fmt(value)} ({fmt(lo)}-{fmt(hi)})"

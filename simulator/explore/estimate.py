@@ -8,6 +8,8 @@ quantile with n - 1 degrees of freedom):
 - the prediction interval of one seed, ``m +- t s sqrt(1 + 1/n)``: where a single run of this
   length (another seed, or one real benchmark of as many requests) would put it.
 
+Both are clipped at 0 (few seeds and a wide spread can put ``m - ...`` below it).
+
 A seed's capacity is the highest load its own search met, so within ``tolerance`` below the
 load where that seed's run stops meeting the SLO; the intervals hold the seeds' spread, which
 is usually far wider (the quickstart's seeds span ~20%).
@@ -80,7 +82,7 @@ class SeededCapacity:
         s = float(np.std(values, ddof=1))
         scale = math.sqrt(1 + 1 / n) if one_seed else 1 / math.sqrt(n)
         half = float(t.ppf(0.5 + LEVEL / 2, n - 1)) * s * scale
-        return mean - half, mean + half
+        return max(0.0, mean - half), mean + half  # no load below 0
 
     @property
     def num_probes(self) -> int:
@@ -215,4 +217,6 @@ def significant(value: float, half_width: float | None, tolerance: float) -> str
     if not (spread > 0 and math.isfinite(spread)):
         return f"{value:.4g}"
     place = math.floor(math.log10(spread))
+    if value > 0:  # at least the value's first significant digit
+        place = min(place, math.floor(math.log10(value)))
     return f"{round(value, -place):.{max(0, -place)}f}"
