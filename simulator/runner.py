@@ -27,6 +27,7 @@ from simulator.engine.simulation import Simulation
 from simulator.engine.step_sink import make_sink
 from simulator.engine.watch import StopRule
 from simulator.errors import InputError, in_field, warn
+from simulator.feasibility import check_scenario_memory
 from simulator.scheduling import SchedulerConfig, make_scheduler
 from simulator.version import __version__
 from simulator.workload import Workload, generate
@@ -89,6 +90,7 @@ def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioC
         cfg = cfg.model_copy(
             update={"scheduler": cfg.scheduler.model_copy(update={"num_blocks": blocks})}
         )
+    check_scenario_memory(cfg)  # a given num_blocks may not fit beside the weights
     return cfg
 
 

@@ -62,11 +62,12 @@ def test_capacity_of_md1_is_within_3_percent_of_pollaczek_khinchine(tmp_path: Pa
     assert want == pytest.approx(rho / d)
     out = tmp_path / "cap"
     argv = ["capacity", str(write(tmp_path, md1())), "--slo", f"ttft_mean_ms={bound_s * 1e3}"]
-    assert main([*argv, "--out", str(out), "--no-plots", "--jobs", "1"]) == 0
+    assert main([*argv, "--out", str(out), "--no-plots", "--jobs", "1", "--seeds", "1"]) == 0
     found = json.loads((out / "capacity.json").read_text())
     assert found["capacity"] == pytest.approx(want, rel=0.03)
     assert found["unit"] == "req/s" and found["status"] == "found"
-    meets, fails = found["bracket"]["meets"], found["bracket"]["fails"]
+    bracket = found["per_seed"][0]["bracket"]
+    meets, fails = bracket["meets"], bracket["fails"]
     assert meets == found["capacity"] and fails / meets - 1 <= 0.02
     # every probe recorded: those that met it and those that missed it, at their rates
     probes = pd.DataFrame(found["probes"])
@@ -197,7 +198,8 @@ def test_a_load_no_rate_can_meet_says_so_and_exits_1(
     out = tmp_path / "cap"
     path = write(tmp_path, md1(num_requests=200))
     # TTFT is at least the 10 ms service time: a 5 ms bound is never met
-    assert main(["capacity", str(path), "--slo", "ttft_p50_ms=5", "--out", str(out)]) == 1
+    argv = ["capacity", str(path), "--slo", "ttft_p50_ms=5", "--seeds", "2"]
+    assert main([*argv, "--out", str(out)]) == 1
     found = json.loads((out / "capacity.json").read_text())
     assert found["status"] == "none" and found["capacity"] is None
     assert "missed even at" in capsys.readouterr().out
@@ -223,10 +225,10 @@ def test_a_trace_capacity_is_its_smallest_time_scale(tmp_path: Path) -> None:
     bound_s = d + 0.6 * d / (2 * (1 - 0.6))
     out = tmp_path / "cap"
     argv = ["capacity", str(write(tmp_path, data)), "--slo", f"ttft_mean_ms={bound_s * 1e3}"]
-    assert main([*argv, "--out", str(out), "--no-plots", "--jobs", "1"]) == 0
+    assert main([*argv, "--out", str(out), "--no-plots", "--jobs", "1", "--seeds", "1"]) == 0
     found = json.loads((out / "capacity.json").read_text())
     assert found["unit"] == "time_scale" and found["load_key"] == "workload.trace.time_scale"
     # slower replays meet it: the bracket's missing time_scale is the smaller one
-    assert found["bracket"]["fails"] < found["capacity"]
+    assert found["per_seed"][0]["bracket"]["fails"] < found["capacity"]
     trace_rate = (n - 1) / arrivals[-1]
     assert found["capacity"] == pytest.approx(trace_rate / pk_capacity(bound_s, d), rel=0.03)

@@ -416,7 +416,8 @@ def test_every_request_rejected_gives_strict_json_and_zero_duration(
 ) -> None:
     out = tmp_path / "o"
     argv = ["run", str(scenario_file), "--out", str(out), "--set", "scheduler.num_blocks=1"]
-    assert main([*argv, "--set", "slo={ttft_ms: 1000}"]) == 0
+    # no request finished: the results are written, and the exit code says it is no success
+    assert main([*argv, "--set", "slo={ttft_ms: 1000}"]) == 1
     summary = _strict_json((out / "summary.json").read_text())
     assert summary["num_rejected"] == summary["num_requests"] == 40
     assert summary["num_steps"] == 0 and summary["duration_s"] == 0

@@ -18,7 +18,7 @@ from tests.test_cli import SMALL
 
 
 def _capacity(out: Path, *extra: str) -> dict[str, Any]:
-    argv = ["capacity", str(ROOT / "scenarios" / "quickstart.yaml")]
+    argv = ["capacity", str(ROOT / "scenarios" / "quickstart.yaml"), "--seeds", "1"]
     assert main([*argv, "--out", str(out), *extra]) == 0
     assert (out / "plots" / "capacity.png").stat().st_size > 20_000
     return json.loads((out / "capacity.json").read_text())
@@ -53,7 +53,7 @@ def test_a_20_point_search_on_ray_gives_the_local_table(ray_address: str, tmp_pa
     scenario.write_text(yaml.safe_dump(SMALL))
     argv = ["search", str(scenario), "--grid", "scheduler.max_num_seqs=2,4,8,16,32"]
     argv += ["--grid", "scheduler.max_num_batched_tokens=64,128,256,512"]
-    argv += ["--slo", "ttft_p99_ms=400", "--gpu-cost", "2.5", "--no-plots"]
+    argv += ["--slo", "ttft_p99_ms=400", "--gpu-cost", "2.5", "--no-plots", "--seeds", "1"]
     assert main([*argv, "--out", str(tmp_path / "local"), "--jobs", "2"]) == 0
     assert main([*argv, "--out", str(tmp_path / "ray"), "--backend", "ray"]) == 0
     local = pd.read_parquet(tmp_path / "local" / "search.parquet")

@@ -41,6 +41,7 @@ def test_search_prices_each_deployment_and_marks_the_cheapest(
 ) -> None:
     out = tmp_path / "srch"
     argv = ["search", str(write(tmp_path, ROOFLINE)), "--jobs", "1", "--out", str(out)]
+    argv += ["--seeds", "1"]
     argv += ["--grid", "cost_model.hardware=a100-80gb,h100-sxm", "--grid", "cost_model.tp=1,2"]
     assert main([*argv, "--slo", "ttft_p99_ms=300", "--gpu-cost", "a100-80gb=1.5"]) == 0
     table = pd.read_parquet(out / "search.parquet")
@@ -65,6 +66,7 @@ def test_search_prices_each_deployment_and_marks_the_cheapest(
     sets = ["--set", f"cost_model.hardware={point['cost_model.hardware']}"]
     sets += ["--set", f"cost_model.tp={point['cost_model.tp']}"]
     capacity = ["capacity", str(write(tmp_path, ROOFLINE)), *sets, "--slo", "ttft_p99_ms=300"]
+    capacity += ["--seeds", "1"]
     assert main([*capacity, "--out", str(one), "--no-plots", "--jobs", "1"]) == 0
     assert json.loads((one / "capacity.json").read_text())["capacity"] == point["capacity"]
     printed = capsys.readouterr().out
@@ -142,7 +144,7 @@ def test_replicas_for_uses_cluster_replicas(
 ) -> None:
     out = tmp_path / "srch"
     argv = ["search", str(write(tmp_path, ROOFLINE)), "--grid", "cost_model.tp=1,2"]
-    argv += ["--slo", "ttft_p99_ms=300", "--replicas-for", "40", "--out", str(out)]
+    argv += ["--slo", "ttft_p99_ms=300", "--replicas-for", "40", "--out", str(out), "--seeds", "1"]
     assert main([*argv, "--jobs", "1"]) == 0
     table = pd.read_parquet(out / "search.parquet")
     assert (table["replicas"] >= 1).all()

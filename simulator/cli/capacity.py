@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from simulator.cli.common import (
 
 if TYPE_CHECKING:
     from simulator.explore.capacity import ProbeReport
+    from simulator.explore.estimate import SeededCapacity
     from simulator.explore.probe import Load
 
 
@@ -40,7 +42,11 @@ def add_slo_args(p: argparse.ArgumentParser) -> None:
         "limit (--slo ttft_ms=...,tpot_ms=..., or the scenario's slo:), e.g. 0.99",
     )
     p.add_argument(
-        "--seeds", type=int, default=1, help="seeds per probe; each must meet the SLO (default 1)"
+        "--seeds",
+        type=int,
+        default=5,
+        help="seeds: one capacity search each, the capacity their mean with 95%% intervals "
+        "(default 5; with --replicas-for, each must meet the SLO)",
     )
     p.add_argument(
         "--tolerance",
@@ -90,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
     short. Writes capacity.json (capacity, bracket, every probe), probes.parquet and a figure
     of latency against load."""
     from simulator.explore.backends import check_backend
-    from simulator.explore.capacity import capacity_search
     from simulator.explore.driver import drive
+    from simulator.explore.estimate import seeded_capacity
     from simulator.explore.probe import ProbeSpec, load_for, probe_scenario
     from simulator.explore.slo import make_target
     from simulator.explore.sweep import sweep_base
@@ -109,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
     _validate_probe(probe_scenario(first), args.scenario)
     if args.out:
         check_out_dir(Path(args.out), args.overwrite)
-    print(f"{cfg.name}: capacity under {target.describe()}", file=sys.stderr)
-    search = capacity_search(
+    print(f"{cfg.name}: capacity under {target.describe()}, {len(seeds)} seed(s)", file=sys.stderr)
+    search = seeded_capacity(
         base, args.scenario, target, load, seeds, args.tolerance, on_probe=_reporter(load)
     )
     with results_folder(args.out, args.overwrite, f"{cfg.name}-capacity") as (out, tmp):
@@ -135,18 +141,19 @@ def _backend(args: argparse.Namespace, units: int) -> Any:
 
     jobs = args.jobs
     if args.backend == "local" and jobs == 0:
-        jobs = units  # a capacity search runs one probe (its seeds) at a time
+        # the seeds' searches run side by side, one probe each at a time
+        jobs = min(units, os.cpu_count() or 1)
     return make_backend(args.backend, jobs, args.address)
 
 
 def _reporter(load: Load) -> Any:
-    def report(r: ProbeReport) -> None:
+    def report(seed: int, r: ProbeReport) -> None:
         verdict = "meets the SLO" if r.meets else "misses the SLO"
-        cut = f" (cut short in {r.cut_short} run(s))" if r.cut_short else ""
+        cut = " (cut short)" if r.cut_short else ""
         lo = "-" if r.meets_at is None else load.describe(r.meets_at)
         hi = "-" if r.fails_at is None else load.describe(r.fails_at)
         print(
-            f"  probe {r.index + 1}: {load.describe(r.level)} {verdict}{cut}; "
+            f"  seed {seed} probe {r.index + 1}: {load.describe(r.level)} {verdict}{cut}; "
             f"meets at {lo}, misses at {hi}",
             file=sys.stderr,
         )
@@ -171,21 +178,36 @@ def _scenario_yaml(cfg: Any, args: argparse.Namespace) -> str:
     return "\n".join(head) + "\n" + dump_scenario(cfg)
 
 
-def _summary_line(name: str, found: Any, out: Path) -> str:
-    """The answer in one line: capacity, bracket, runs used, where the results are."""
-    load = found.load
+def _summary_line(name: str, found: SeededCapacity, out: Path) -> str:
+    """The answer in one line: capacity and its intervals (to the digits they support), the
+    runs used, where the results are."""
     runs = f"{found.num_probes} probes, {len(found.probes)} simulations"
     cut = sum(p["cut_short"] is not None for p in found.probes)
     runs += f" ({cut} cut short)" if cut else ""
-    if found.outcome == "none":
-        answer = f"the SLO is missed even at {load.describe(found.fails_at)}"
-    elif found.outcome == "unbounded":
-        answer = f"the SLO holds at every load tried, up to {load.describe(found.meets_at)}"
-    else:
-        hi = "-" if found.fails_at is None else load.describe(found.fails_at)
-        stopped = "" if found.outcome == "found" else f" (stopped: {found.outcome})"
-        answer = (
-            f"capacity {load.describe(found.meets_at)}{stopped} (meets the SLO there, misses "
-            f"at {hi}; tolerance {found.tolerance:.0%})"
+    return f"{name}: {capacity_text(found)}; {runs}; results in {out}"
+
+
+def capacity_text(found: SeededCapacity) -> str:
+    """``capacity 6.7 req/s (95% CI 6.3-7.1, ...)``, or why there is none."""
+    from simulator.explore.estimate import significant
+
+    mean, ci, pi = found.capacity, found.interval(), found.interval(one_seed=True)
+    if mean is None:
+        return f"no capacity ({found.outcome}): {found.reason()}"
+    unit = found.load.unit
+    stopped = "" if found.outcome == "found" else f" (stopped: {found.outcome})"
+    if ci is None or pi is None:
+        text = significant(mean, None, found.tolerance)
+        return (
+            f"capacity {text} {unit}{stopped} (one seed, no interval: seeds differ by ~20% "
+            "in the quickstart; --seeds 5 measures it)"
         )
-    return f"{name}: {answer}; {runs}; results in {out}"
+    half = (ci[1] - ci[0]) / 2
+
+    def fmt(v: float) -> str:
+        return significant(v, half, found.tolerance)
+
+    return (
+        f"capacity {fmt(mean)} {unit}{stopped} (95% CI {fmt(ci[0])}-{fmt(ci[1])}, mean of "
+        f"{len(found.seeds)} seeds; one seed's capacity: {fmt(pi[0])}-{fmt(pi[1])})"
+    )

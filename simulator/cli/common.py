@@ -101,14 +101,19 @@ def format_summary(summary: dict[str, Any]) -> str:
 
     stats = ["mean", *_percentile_columns(summary)]
     lines = [
-        f"requests   {summary['num_finished']} finished, {summary['num_rejected']} rejected "
-        f"of {summary['num_requests']}, {summary['num_preemptions']} preemptions",
+        f"rejected   {summary['num_rejected']:,} of {summary['num_requests']:,} requests "
+        f"({num('rejected_share', '.1%')})"
+        + (": they can never fit in the KV cache" if summary["num_rejected"] else ""),
+        f"requests   {summary['num_finished']:,} finished, "
+        f"{summary['num_preemptions']:,} preemptions",
         f"duration   {num('duration_s', '.2f')} s simulated, {summary['num_steps']} steps",
         f"throughput {num('request_throughput', '.2f')} req/s, "
         f"{num('output_token_throughput', '.0f')} output tok/s, "
         f"{num('total_token_throughput', '.0f')} total tok/s",
         f"KV blocks  {num('kv_utilization_mean', '.1f', 100)}% mean, "
         f"{num('kv_utilization_max', '.1f', 100)}% max",
+        f"saturated  {num('saturated_share', '.1f', 100)}% of the time (steps that left out "
+        "a request the server held)",
         f"{'latency ms':<12}" + "".join(f"{s:>10}" for s in stats),
     ]
     for m in ("ttft", "tpot", "itl", "e2e", "queue_delay"):
@@ -120,6 +125,24 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"({num('slo_attainment', '.1f', 100)}% of requests meet the SLO)"
         )
     return "\n".join(lines)
+
+
+MOST_REJECTED = 0.5
+"""A run that rejects more than this share of its requests exits 1 (``served_too_little``)."""
+
+
+def served_too_little(summary: dict[str, Any]) -> str | None:
+    """Why a run served too little to pass for a result (exit 1): no request finished, or
+    most were rejected; None otherwise."""
+    n, done, rejected = summary["num_requests"], summary["num_finished"], summary["num_rejected"]
+    if n and done == 0:
+        return f"no request finished ({rejected:,} of {n:,} rejected)"
+    if n and rejected / n > MOST_REJECTED:
+        return (
+            f"{rejected:,} of {n:,} requests ({rejected / n:.1%}) rejected: they can never fit "
+            "in the KV cache (scheduler.num_blocks, or prompt/output lengths)"
+        )
+    return None
 
 
 @contextmanager
@@ -144,18 +167,21 @@ def results_folder(out: str | None, overwrite: bool, name: str) -> Iterator[tupl
 def format_replicas(summary: dict[str, Any], table: Any) -> str:
     """A cluster's per-replica lines (the first 16) under its load figures."""
     imbalance = [f"{k} {v:.2f}" for k, v in summary.items() if k.endswith("load_imbalance")]
+    nan = float("nan")
     lines = [
-        f"replicas   {summary['num_replicas']}, busy {summary['utilization_mean'] * 100:.1f}% "
-        f"mean, {summary['utilization_max'] * 100:.1f}% max; "
-        + ", ".join(imbalance)
-        + " (max/mean tokens computed)",
-        f"{'replica':>8} {'role':<10}{'requests':>9}{'busy %':>8}{'req/s':>8}{'KV %':>7}"
-        f"{'TTFT ms':>9}",
+        f"replicas   {summary['num_replicas']}, saturated "
+        f"{summary.get('saturated_share_mean', nan) * 100:.1f}% of the time mean, "
+        f"{summary.get('saturated_share_max', nan) * 100:.1f}% max (a step left out a request "
+        f"it held); stepping {summary['utilization_mean'] * 100:.1f}% mean (any request held)",
+        "           " + ", ".join(imbalance) + " (max/mean tokens computed)",
+        f"{'replica':>8} {'role':<10}{'requests':>9}{'satur. %':>9}{'busy %':>8}{'req/s':>8}"
+        f"{'KV %':>7}{'TTFT ms':>9}",
     ]
     for row in table.head(16).itertuples(index=False):
         ttft = "-" if row.ttft_mean_s != row.ttft_mean_s else f"{row.ttft_mean_s * 1e3:.1f}"
         lines.append(
-            f"{row.replica:>8} {row.role:<10}{row.num_requests:>9}{row.utilization * 100:>8.1f}"
+            f"{row.replica:>8} {row.role:<10}{row.num_requests:>9}"
+            f"{row.saturated_share * 100:>9.1f}{row.utilization * 100:>8.1f}"
             f"{row.request_throughput:>8.2f}{row.kv_utilization_mean * 100:>7.1f}{ttft:>9}"
         )
     if len(table) > 16:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from simulator.cli.common import (
     add_steps_arg,
     format_replicas,
     format_summary,
+    served_too_little,
     warn_stack,
 )
 
@@ -79,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
     print(format_summary(result.summary))
     if result.replicas is not None:
         print(format_replicas(result.summary, result.replicas))
+    problem = served_too_little(result.summary)
+    if problem is not None:  # the results are written (they say why), but this is no success
+        print(f"servesim: error: {problem}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -135,10 +135,11 @@ def run(args: argparse.Namespace) -> int:
         write_search(table, tmp, _meta(args, spec, cfg), _scenario_yaml(cfg, args),
                      not args.no_plots, args.format)  # fmt: skip
     failed = int((table["status"] == "failed").sum())
-    print(
-        f"{cfg.name}: {len(table) - failed} of {len(table)} deployments searched; results in {out}"
-    )
+    counts = ", ".join(f"{n} {status}" for status, n in table["status"].value_counts().items())
+    print(f"{cfg.name}: {len(table)} deployments searched ({counts}); results in {out}")
     print(search_console_table(table, list(spec.grid)))
+    for row in table[table["reason"].notna()].itertuples(index=False):
+        print(f"  {row.point}: {row.status}: {row.reason}")  # every non-found status says why
     return 1 if failed else 0
 
 
@@ -212,7 +213,29 @@ def search_console_table(table: pd.DataFrame, keys: list[str]) -> str:
         "num_simulations": ("runs", 1.0),
     }
     show = console_table(table, keys, cols)
+    if answer == "capacity" and "capacity_ci_low" in table:
+        heading = cols["capacity"][0]
+        show[heading] = [_capacity_cell(r) for r in table.to_dict("records")]
     show[""] = ["*" if c else "" for c in table["cheapest"]]
     from simulator.cli.console import render
 
     return render(show, ident=len(keys) + 1)
+
+
+def _capacity_cell(row: dict[Any, Any]) -> str:
+    """A point's capacity to the digits its 95% interval supports, with the interval."""
+    import math
+
+    from simulator.explore.estimate import significant
+
+    value, lo, hi = row.get("capacity"), row.get("capacity_ci_low"), row.get("capacity_ci_high")
+    if value is None or not math.isfinite(value):
+        return "-"
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return significant(value, None, 0.02)
+    half = (hi - lo) / 2
+
+    def fmt(v: float) -> str:
+        return significant(v, half, 0.02)
+
+    return f"{fmt(value)} ({fmt(lo)}-{fmt(hi)})"

@@ -49,6 +49,13 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         help="values of a dotted key to sweep (repeatable: the cartesian product is run)",
     )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fixed override")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="run each point with this many seeds (the scenario's seed, +1, ...); the plots "
+        "show their median and min-max band (default 1)",
+    )
     add_backend_args(p)
     p.add_argument("--out", help="output folder (default: results/<name>-sweep/<timestamp>/)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
@@ -73,7 +80,13 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Run the cartesian product of grids in parallel processes."""
     from simulator.explore.backends import check_backend
-    from simulator.explore.sweep import check_some_point_is_valid, parse_grid, sweep_base
+    from simulator.explore.sweep import (
+        check_points_fit,
+        check_some_point_is_valid,
+        parse_grid,
+        seeded_grid,
+        sweep_base,
+    )
     from simulator.results.outdir import default_out_dir, reserve_out_dir
 
     # validate every grid point first, then run them, then write table and plots
@@ -81,19 +94,21 @@ def run(args: argparse.Namespace) -> int:
     base, base_cfg = sweep_base(args.scenario, args.set, grid)
     name = base_cfg.name
     check_backend(args.backend, args.jobs, args.address)
-    runs = math.prod(len(v) for v in grid.values())
-    plan = _plan(runs, grid, base_cfg, args)
-    if runs > MAX_RUNS and not args.yes:
+    runs = seeded_grid(grid, args.seeds, base_cfg.seed)  # grid plus the seeds' column
+    num_runs = math.prod(len(v) for v in runs.values())
+    plan = _plan(num_runs, runs, base_cfg, args)
+    if num_runs > MAX_RUNS and not args.yes:
         # refused before anything is validated point by point, run or written
         raise InputError(f"--grid: {plan}: more than {MAX_RUNS:,} runs; pass --yes to run them")
     check_some_point_is_valid(base, grid, args.scenario)
+    check_points_fit(base, grid, args.scenario)  # a deployment that cannot exist: exit 2
     warn_stack(base_cfg.cost_model)
     print(f"{name}: {plan}", file=sys.stderr)
     given = bool(args.out)
     # a default folder is reserved under a name no other sweep has, and removed on failure
     out = Path(args.out) if given else reserve_out_dir(default_out_dir(f"{name}-sweep"))
     try:
-        table = _run_into(out, given, args, base, base_cfg, grid)
+        table = _run_into(out, given, args, base, base_cfg, grid, runs)
     except BaseException:
         if not given:
             with suppress(OSError):
@@ -101,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     failed = table[table["status"] == "failed"]
     print(f"{name}: {len(table) - len(failed)} of {len(table)} runs ok; results in {out}")
-    print(_sweep_table(table, list(grid)))
+    print(_sweep_table(table, list(runs)))
     # exit 1 if any point failed, so a script notices; the table still holds every point
     return 1 if len(failed) else 0
 
@@ -113,8 +128,10 @@ def _run_into(
     base: dict[str, Any],
     base_cfg: ScenarioConfig,
     grid: dict[str, list[Any]],
+    runs: dict[str, list[Any]],
 ) -> pd.DataFrame:
-    """Run the sweep into a temporary folder renamed to ``out`` at the end; the table."""
+    """Run the sweep (``runs``: the grid and its seeds) into a temporary folder renamed to
+    ``out`` at the end; the table."""
     from simulator.explore.sweep import base_yaml, run_sweep
     from simulator.results.outdir import atomic_dir, check_out_dir
     from simulator.results.writer import write_sweep
@@ -125,7 +142,7 @@ def _run_into(
     with atomic_dir(out, args.overwrite, given=given) as tmp:
         table = run_sweep(
             base,
-            grid,
+            runs,
             tmp,
             source=args.scenario,
             jobs=args.jobs,
@@ -137,6 +154,7 @@ def _run_into(
             report=None if args.no_progress or args.progress or bar is None else _say,
         )
         meta = {"scenario": args.scenario, "grid": grid, "set": args.set, "keys": list(grid)}
+        meta["seeds"] = runs.get("seed", [base_cfg.seed])  # repeats of each point, not a key
         scenario = base_yaml(base_cfg, args.scenario, args.set, grid)
         write_sweep(table, tmp, meta, scenario, plots=not args.no_plots, fmt=args.format)
     return table

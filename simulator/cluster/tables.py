@@ -28,6 +28,7 @@ REPLICA_COLUMNS = [
     "num_tokens",
     "busy_s",
     "utilization",
+    "saturated_share",
     "request_throughput",
     "output_token_throughput",
     "kv_utilization_mean",
@@ -180,7 +181,8 @@ def replica_table(replicas: list[Replica], requests: pd.DataFrame, duration: flo
     for r in replicas:
         k, rec = r.index, r.server.recorder
         stats = rec.step_stats
-        done = int((finished & (where == k)).sum())
+        # a prefill replica's requests are those it prefilled (they finish on a decode one)
+        done = int((finished & ((first_on if r.role == "prefill" else where) == k)).sum())
         mine = ttft[(first_on == k) & finished] if r.role != "decode" else ttft[:0]
         rows.append(
             {
@@ -194,6 +196,7 @@ def replica_table(replicas: list[Replica], requests: pd.DataFrame, duration: flo
                 "num_tokens": stats.num_tokens,
                 "busy_s": stats.busy_s,
                 "utilization": per_s(stats.busy_s),
+                "saturated_share": per_s(stats.saturated_s),
                 "request_throughput": per_s(done),
                 "output_token_throughput": per_s(rec.num_tokens),
                 # as in the run summary: time-weighted over the whole run
@@ -219,6 +222,9 @@ def cluster_summary(table: pd.DataFrame, requests: pd.DataFrame) -> dict[str, An
         "kv_utilization_mean": float(table["kv_utilization_mean"].mean()),
         "utilization_mean": float(table["utilization"].mean()),
         "utilization_max": float(table["utilization"].max()),
+        "saturated_share": float(table["saturated_share"].mean()),  # as kv_utilization_mean
+        "saturated_share_mean": float(table["saturated_share"].mean()),
+        "saturated_share_max": float(table["saturated_share"].max()),
     }
     roles = list(dict.fromkeys(table["role"]))
     for role in roles:

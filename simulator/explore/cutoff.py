@@ -4,10 +4,11 @@ certainly miss (more than the percentile or attainment allows, or a mean whose l
 past the bound), the run would fail the target if run to its end, so it is stopped there.
 
 The rule only ever stops a run whose full answer is "fails": every figure it uses is a lower
-bound of the final one (a waiting request's TTFT is at least ``now - arrival``; the run's
-final request count at most those not rejected yet), and it is compared exactly as the summary
-is (numpy's linear-interpolation percentile is above a bound once the order statistic below
-its position is). TPOT and ITL give no such bound before a request ends; they never stop a run.
+bound of the final one (a waiting request's TTFT is at least ``now - arrival``; a rejected
+request misses every bound, as ``explore/slo.py`` counts it), and it is compared exactly as
+the target is (numpy's linear-interpolation percentile is above a bound once the order
+statistic below its position is). TPOT and ITL give no such bound before a request ends; they
+never stop a run.
 """
 
 from __future__ import annotations
@@ -66,17 +67,22 @@ class Cutoff:
 
     def __call__(self, state: RunState) -> str | None:
         """Why the run can no longer meet the target, or None."""
-        # the final number of finished requests is at most those not rejected so far
-        max_finished = state.num_requests - len(state.rejected)
+        # every request counts (explore/slo.py): a rejected one is a miss of every bound
+        n, rejected = state.num_requests, len(state.rejected)
         for b in self.watched:
             low = _lower_bounds(state, b.metric)
             p = b.percentile
             if p is None:
-                if low.sum() / max(max_finished, 1) > b.bound_s * (1 + MEAN_MARGIN):
+                if rejected:
+                    return f"{b.name}: {rejected} request(s) rejected, the mean is unbounded"
+                if low.sum() / max(n, 1) > b.bound_s * (1 + MEAN_MARGIN):
                     return f"{b.name}: mean already above {b.bound_ms:g} ms"
-            elif percentile_past(certain_misses(low, b.bound_s), max_finished, p):
+            elif percentile_past(certain_misses(low, b.bound_s) + rejected, n, p):
                 k = certain_misses(low, b.bound_s)
-                return f"{b.name}: {k} of {max_finished} requests already above {b.bound_ms:g} ms"
+                return (
+                    f"{b.name}: {k + rejected} of {n} requests already miss it ({k} above "
+                    f"{b.bound_ms:g} ms, {rejected} rejected)"
+                )
         if self.target.attain is not None and self.limits:
             return self._attainment(state)
         return None

@@ -78,3 +78,28 @@ def drive(
             if len(batch.outcomes) == batch.size:
                 advance(batch.search, [batch.outcomes[k] for k in range(batch.size)])
     return [results[i] for i in range(len(searches))]
+
+
+def in_lockstep(searches: Sequence[Search[R]]) -> Search[list[R]]:
+    """Several searches as one: each round yields the next batch of every search still going,
+    side by side, and hands each its own outcomes (a capacity's per-seed bisections inside
+    one point of a design search); returns their results in order."""
+    results: dict[int, R] = {}
+    pending: dict[int, Sequence[Unit]] = {}
+    for i, search in enumerate(searches):
+        try:
+            pending[i] = next(search)
+        except StopIteration as stop:
+            results[i] = stop.value
+    while pending:
+        order = list(pending)
+        outcomes = yield [unit for i in order for unit in pending[i]]
+        start = 0
+        for i in order:
+            size = len(pending.pop(i))
+            try:
+                pending[i] = searches[i].send(outcomes[start : start + size])
+            except StopIteration as stop:
+                results[i] = stop.value
+            start += size
+    return [results[i] for i in range(len(searches))]

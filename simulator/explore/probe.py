@@ -98,7 +98,7 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
         record.update(meets=False, cut_short=stopped.reason, stopped_at_s=stopped.at_s)
         record["failed_terms"] = [stopped.reason.split(":")[0]]
     else:
-        failed = spec.target.failures(result.summary)
+        failed = spec.target.failures(result.summary, result.requests)
         record.update(meets=not failed, cut_short=None, stopped_at_s=None)
         record["failed_terms"] = failed
         record.update({k: _plain(v) for k, v in result.summary.items()})

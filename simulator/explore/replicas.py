@@ -37,6 +37,12 @@ class Replicas:
         """The simulations with the fewest replicas that met the target."""
         return [p for p in self.probes if p["probe_meets"] and p["replicas"] == self.fewest]
 
+    def reason(self) -> str | None:
+        """Why no count of replicas was found (None when one was)."""
+        if self.outcome == "found":
+            return None
+        return f"even {MAX_REPLICAS} replicas miss the SLO at {self.load.describe(self.level)}"
+
     def row(self) -> dict[str, Any]:
         """The search's columns in a design search's table."""
         return {

@@ -14,13 +14,15 @@ import pandas as pd
 
 from simulator.config import ScenarioConfig, apply_overrides, validate
 from simulator.errors import InputError
-from simulator.explore.capacity import Capacity, capacity_search
 from simulator.explore.driver import Search
+from simulator.explore.estimate import SeededCapacity, seeded_capacity
 from simulator.explore.pricing import cost_per_hour
 from simulator.explore.probe import load_for
 from simulator.explore.replicas import REPLICAS_KEY, Replicas, replicas_search
 from simulator.explore.slo import Target
 from simulator.explore.sweep import GridPoint, grid_points
+from simulator.feasibility import DoesNotFit
+from simulator.runner import resolve
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ def check_points(spec: SearchSpec) -> None:
         cost_per_hour(point_config(spec, point), spec.prices)
 
 
-def _found_row(found: Capacity | Replicas) -> dict[str, Any]:
+def _found_row(found: SeededCapacity | Replicas) -> dict[str, Any]:
     """The figures of the probe that decided a point: the highest load met (capacity), or
     the fewest replicas that met the load; mean over its seeds."""
     runs = found.decisive_runs()
@@ -82,15 +84,30 @@ def _cost_columns(row: dict[str, Any], usd_per_hour: float) -> None:
         row[col] = usd_per_hour / (row[rate] * hour) * 1e6 if row[rate] > 0 else float("nan")
 
 
+def does_not_fit(spec: SearchSpec, point: GridPoint) -> str | None:
+    """Why a point's deployment cannot exist (its memory arithmetic), or None; any other
+    problem its search reports."""
+    try:
+        resolve(point_config(spec, point))
+    except DoesNotFit as err:
+        return str(err)
+    except InputError:
+        return None
+    return None
+
+
 def point_search(spec: SearchSpec, point: GridPoint) -> Search[dict[str, Any]]:
     """One point's search as a generator for ``drive``: its row in the table."""
     row: dict[str, Any] = {k: json_cell(v) for k, v in point.values.items()}
     row["point"] = point.name
     overrides = tuple(point.values.items())
+    problem = does_not_fit(spec, point)
+    if problem is not None:  # a deployment that cannot exist is not searched
+        return {**row, "status": "infeasible", "error": None, "reason": problem}
     try:
         cfg = point_config(spec, point)
         load = load_for(cfg, spec.start)
-        found: Capacity | Replicas
+        found: SeededCapacity | Replicas
         if spec.replicas_for is not None or spec.replicas_for_scenario:
             want = load_for(cfg, spec.replicas_for).start
             replicas = yield from replicas_search(
@@ -100,18 +117,19 @@ def point_search(spec: SearchSpec, point: GridPoint) -> Search[dict[str, Any]]:
             cfg = validate(apply_overrides(spec.base, values, spec.source), spec.source)
             found = replicas
         else:
-            found = yield from capacity_search(
+            found = yield from seeded_capacity(
                 spec.base, spec.source, spec.target, load, spec.seeds, spec.tolerance, overrides
             )
     except Exception as err:  # one bad point must not lose the others
         text = str(err).strip().splitlines()
-        return {**row, "status": "failed", "error": text[0] if text else type(err).__name__}
+        error = text[0] if text else type(err).__name__
+        return {**row, "status": "failed", "error": error, "reason": error}
     row.update(found.row())
     row.update(_found_row(found))
     usd, gpus = cost_per_hour(cfg, spec.prices)
     row["gpus"] = gpus
     _cost_columns(row, usd)
-    return {**row, "status": found.outcome, "error": None}
+    return {**row, "status": found.outcome, "error": None, "reason": found.reason()}
 
 
 def json_cell(value: Any) -> Any:

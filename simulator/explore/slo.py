@@ -9,6 +9,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from simulator.errors import InputError
 from simulator.metrics import LATENCY_METRICS
 from simulator.metrics.summary import percentile_key
@@ -54,10 +57,27 @@ class Bound:
         """As the user wrote it: ``ttft_p99_ms``."""
         return f"{self.metric}_{self.stat}_ms"
 
-    def holds(self, summary: dict[str, Any]) -> bool:
-        """The run's statistic is defined and within the bound."""
-        value = summary.get(self.key)
-        return value is not None and math.isfinite(value) and value <= self.bound_s
+    def holds(self, summary: dict[str, Any], requests: pd.DataFrame | None = None) -> bool:
+        """The run's statistic, every request counted, is defined and within the bound."""
+        value = self.value(summary, requests)
+        return math.isfinite(value) and value <= self.bound_s
+
+    def value(self, summary: dict[str, Any], requests: pd.DataFrame | None = None) -> float:
+        """The statistic over every request of the run, one that did not finish (rejected, or
+        cut short) counting as an infinite latency, i.e. a miss; with every request finished,
+        the summary's figure. ITL has no per-request value: its figure is over the gaps that
+        happened, infinite once the requests that did not finish exceed the share the
+        statistic leaves out (a mean: any)."""
+        got = summary.get(self.key)
+        value = float("nan") if got is None else float(got)
+        total = summary.get("num_requests", 0)
+        missing = total - summary.get("num_finished", total)
+        if missing <= 0:
+            return value
+        if requests is None or self.metric == "itl":
+            allowed = 0.0 if self.percentile is None else 1.0 - self.percentile / 100.0
+            return float("inf") if missing / total > allowed else value
+        return statistic_with_misses(requests, self.metric, self.percentile)
 
 
 @dataclass(frozen=True)
@@ -75,13 +95,26 @@ class Target:
         """The percentiles the summary must hold for the bounds."""
         return sorted({b.percentile for b in self.bounds if b.percentile is not None})
 
-    def failures(self, summary: dict[str, Any]) -> list[str]:
-        """The terms a run's summary misses (empty: the run meets the target)."""
-        missed = [b.name for b in self.bounds if not b.holds(summary)]
+    def allowed_misses(self) -> float:
+        """The share of requests the target lets miss: the complement of ``attain``, and of
+        each percentile bound (a mean bound lets none miss)."""
+        shares = [1.0 - self.attain] if self.attain is not None else []
+        shares += [0.0 if b.percentile is None else 1.0 - b.percentile / 100 for b in self.bounds]
+        return min(shares, default=0.0)
+
+    def failures(self, summary: dict[str, Any], requests: pd.DataFrame | None = None) -> list[str]:
+        """The terms a run misses (empty: the run meets the target), every request counted:
+        ``unfinished`` leads them when more requests were rejected or cut short than the
+        target lets miss."""
+        missed = [b.name for b in self.bounds if not b.holds(summary, requests)]
         if self.attain is not None:
             got = summary.get("slo_attainment")
             if got is None or not math.isfinite(got) or got < self.attain:
                 missed.append("attain")
+        total = summary.get("num_requests", 0)
+        unfinished = total - summary.get("num_finished", total)
+        if total and unfinished / total > self.allowed_misses():
+            missed.insert(0, "unfinished")
         return missed
 
     def to_json(self) -> dict[str, Any]:
@@ -175,3 +208,23 @@ def make_target(
     if limits and attain is None:
         attain = DEFAULT_ATTAIN
     return Target(tuple(bounds), attain, tuple(sorted(limits.items())))
+
+
+_MISS = 1e300
+"""Stands for a request that did not finish in a percentile: larger than any latency, so
+numpy's interpolation stays exact elsewhere, and any figure it touches is a miss."""
+
+
+def statistic_with_misses(requests: pd.DataFrame, metric: str, percentile: float | None) -> float:
+    """``metric``'s mean or percentile over every request, one that did not finish counting
+    as infinite (TPOT leaves out finished 1-token requests, as the summary does)."""
+    values = requests[f"{metric}_s"].to_numpy(dtype=np.float64)
+    finished = np.asarray(requests["status"] == "finished", dtype=bool)
+    keep = ~finished | ~np.isnan(values)
+    values = np.where(finished, values, _MISS)[keep]
+    if not len(values):
+        return float("nan")
+    if percentile is None:
+        return float("inf") if (~finished).any() else float(np.mean(values))
+    got = float(np.percentile(values, percentile))
+    return float("inf") if got > _MISS * 1e-200 else got

@@ -279,3 +279,41 @@ def check_some_point_is_valid(base: dict[str, Any], grid: dict[str, list[Any]], 
             return
     assert first is not None
     raise InputError(f"every grid point is invalid, e.g. {first}")
+
+
+_MEMORY_KEYS = ("scheduler", "cost_model", "cluster")
+"""Top-level keys a deployment's memory depends on (a grid of loads or seeds is checked once)."""
+
+
+def check_points_fit(base: dict[str, Any], grid: dict[str, list[Any]], src: str) -> None:
+    """Every valid grid point's deployment fits in its GPUs' memory (``simulator.feasibility``),
+    else one line naming the first that does not, before anything runs. Points that set the
+    same scheduler, cost model and cluster keys are checked once."""
+    from simulator.feasibility import DoesNotFit
+    from simulator.runner import resolve
+
+    keys = [k for k in grid if k.split(".")[0] in _MEMORY_KEYS]
+    seen: set[str] = set()
+    for point in grid_points(grid):
+        key = json.dumps([point.values[k] for k in keys], sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            resolve(validate(apply_overrides(base, point.values, src), f"{src} [{point.name}]"))
+        except DoesNotFit as err:
+            raise InputError(f"{src} [{point.name}]: {err}") from None
+        except InputError:
+            continue  # an invalid point fails as a point of the sweep, as before
+
+
+def seeded_grid(grid: dict[str, list[Any]], seeds: int, first: int) -> dict[str, list[Any]]:
+    """The grid a sweep runs: with ``seeds`` > 1, every point once per seed ``first``,
+    ``first + 1``, ... (a ``seed`` column last, which the plots aggregate over)."""
+    if seeds < 1:
+        raise InputError(f"--seeds {seeds}: must be >= 1")
+    if seeds == 1:
+        return grid
+    if "seed" in grid:
+        raise InputError("--seeds: seed is also a --grid key; give it in one of the two")
+    return {**grid, "seed": [first + i for i in range(seeds)]}

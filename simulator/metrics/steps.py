@@ -61,6 +61,11 @@ class StepStats:
         """Sum of step durations."""
         self.num_tokens = 0
         """Tokens computed (prompt chunks and decodes)."""
+        self.saturated_s = 0.0
+        """Sum of the durations of saturated steps: those that left out a request the server
+        held at their start (``num_waiting + num_running > num_seqs``: not admitted, or not
+        given a turn). Continuous batching keeps a server stepping whenever it holds a
+        request, so busy time says nothing of headroom; this does."""
 
     def merge(self, other: StepStats) -> None:
         """Account for another server's steps too (a cluster's, run side by side)."""
@@ -71,6 +76,7 @@ class StepStats:
         self.kv_max = max(self.kv_max, other.kv_max)
         self.busy_s += other.busy_s
         self.num_tokens += other.num_tokens
+        self.saturated_s += other.saturated_s
 
     def add(self, steps: pd.DataFrame) -> None:
         """Account for a chunk of consecutive rows of the step table."""
@@ -86,3 +92,5 @@ class StepStats:
         self.kv_max = max(self.kv_max, float(kv.max()))
         self.busy_s += float(duration.sum())
         self.num_tokens += int(steps["num_tokens"].sum())
+        held = steps["num_waiting"].to_numpy() + steps["num_running"].to_numpy()
+        self.saturated_s += float(duration[held > steps["num_seqs"].to_numpy()].sum())

@@ -57,10 +57,13 @@ def summarize(
     per_s = (lambda x: float(x) / duration) if duration > 0 else (lambda x: float("nan"))
     out_tokens = int(done["output_len"].sum())
     in_tokens = int(done["prompt_len"].sum())
+    rejected = int((requests["status"] == "rejected").sum())
     summary: dict[str, Any] = {
+        # rejections first: a run that served almost nothing must not read as fine
         "num_requests": len(requests),
+        "num_rejected": rejected,
+        "rejected_share": rejected / len(requests) if len(requests) else float("nan"),
         "num_finished": len(done),
-        "num_rejected": int((requests["status"] == "rejected").sum()),
         "duration_s": duration,
         "request_throughput": per_s(len(done)),
         "output_token_throughput": per_s(out_tokens),
@@ -70,6 +73,8 @@ def summarize(
         # time-weighted over the whole run: an idle server holds no KV
         "kv_utilization_mean": steps.kv_time / duration if duration > 0 else 0.0,
         "kv_utilization_max": steps.kv_max,
+        # the share of the run in saturated steps (some held request left out)
+        "saturated_share": steps.saturated_s / duration if duration > 0 else 0.0,
         # prompt tokens the prefix cache served when requests were first scheduled
         "prefix_cache_hit_rate": (
             float(done["num_cached_tokens"].sum()) / in_tokens if in_tokens else float("nan")

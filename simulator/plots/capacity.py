@@ -82,6 +82,23 @@ def _attain_panel(ax: Axes, probes: pd.DataFrame, found: dict[str, Any]) -> None
     ax.set_ylim(low - (100 - low) * 0.3, 100 + (100 - low) * 0.15)
 
 
+def _interval(ax: Axes, found: dict[str, Any], trace: bool) -> None:
+    """The 95% confidence interval of the capacity as a band, each seed's capacity a tick."""
+
+    def at(value: float) -> float:
+        return 1.0 / value if trace else value
+
+    ci = found.get("interval")
+    if ci:
+        lo, hi = sorted((at(ci["low"]), at(ci["high"])))
+        ax.axvspan(lo, hi, color="k", alpha=0.12, lw=0, label="95% CI of the capacity")
+    seeds = [s["capacity"] for s in found.get("per_seed") or [] if s["capacity"]]
+    for i, value in enumerate(seeds):
+        ax.axvline(
+            at(value), color="k", lw=0.8, ls=":", label="one seed's capacity" if i == 0 else None
+        )
+
+
 def plot_capacity(found: dict[str, Any]) -> Figure:
     """Panels of the SLO's statistics against load (a ``capacity.json`` as ``found``)."""
     probes = pd.DataFrame(found["probes"])
@@ -101,11 +118,15 @@ def plot_capacity(found: dict[str, Any]) -> Figure:
             ax.plot(_x(cut, found), np.full(len(cut), top), "x", color="C3", ms=8,
                     clip_on=False, label="cut short (SLO already missed)")  # fmt: skip
         if level is not None:
-            ax.axvline(level, color="k", lw=1.5, label="capacity")
+            ax.axvline(level, color="k", lw=1.5, label="capacity (mean of seeds)")
+            _interval(ax, found, trace)
         ax.grid(True, alpha=0.3)
         ax.legend(loc="best", **LEGEND)
     fig.axes[-1].set_xlabel("trace speed (1 / time_scale)" if trace else "arrival rate (req/s)")
     where = "none found" if capacity is None else f"{capacity:.4g} {found['unit']}"
+    ci = found.get("interval")
+    if capacity is not None and ci:
+        where += f", 95% CI {ci['low']:.3g}-{ci['high']:.3g}"
     fig.suptitle(
         f"Capacity of {found['scenario_name']}: {where} ({found['status']})\n"
         f"{found['slo']['text']}; {found['num_simulations']} simulations"

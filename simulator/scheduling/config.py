@@ -22,11 +22,13 @@ class SchedulerConfig(BaseModel):
     num_blocks: int | None = Field(default=None, ge=1)
     """KV-cache blocks; omit to derive them from GPU memory as vLLM does (needs a roofline,
     fitted or profiled cost model): memory x ``gpu_memory_utilization`` - weights - the
-    activation peak of a ``max_num_batched_tokens`` step."""
+    activation peak of a ``max_num_batched_tokens`` step. A value given is checked against the
+    same budget with those cost models: a deployment whose blocks do not fit is refused."""
     block_size: int = Field(default=16, ge=1)
     """Tokens per KV block."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    """Share of GPU memory for weights, activations and KV when ``num_blocks`` is derived."""
+    """Share of GPU memory for weights, activations and KV: what ``num_blocks`` is derived
+    from, or checked against when given."""
     enable_prefix_caching: bool | None = None
     """Reuse the KV of full blocks whose tokens an earlier request already computed (needs
     token identity in the workload to hit anything but a request's own blocks after a

@@ -1,0 +1,138 @@
+"""Whether a deployment can exist: per GPU, the weights' shard, the activation peak of a
+``max_num_batched_tokens`` step and the KV cache that ``scheduler.num_blocks`` implies must fit
+in ``gpu_memory_utilization`` x the GPU's memory, as vLLM's start-up would require.
+
+A derived ``num_blocks`` fits by construction (``derive_num_blocks``); a given one may not (the
+quickstart's 4,000 blocks of Llama-3-70B on one 80 GB GPU), and then the scenario is refused
+with the arithmetic rather than simulated. A linear cost model names no model or GPU, so its
+scenarios cannot be checked and are not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from simulator.cost.presets import activation_peak_bytes, load_hardware, load_model
+from simulator.errors import InputError, in_field
+
+if TYPE_CHECKING:
+    from simulator.config import ScenarioConfig
+    from simulator.cost import CostModelConfig
+    from simulator.scheduling import SchedulerConfig
+
+__all__ = [
+    "DoesNotFit",
+    "MemoryBudget",
+    "check_memory",
+    "check_scenario_memory",
+    "memory_budget",
+]
+
+
+class DoesNotFit(InputError):
+    """A deployment whose weights, activations and KV cache exceed its GPUs' memory."""
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """One GPU's memory as a deployment uses it, bytes."""
+
+    model: str
+    hardware: str
+    tp: int
+    num_blocks: int
+    weights: float
+    """The GPU's shard of the weights."""
+    activations: float
+    """The activation peak of a ``max_num_batched_tokens`` step (``activation_peak_bytes``)."""
+    kv: float
+    """The GPU's share of ``num_blocks`` KV blocks."""
+    usable: float
+    """``gpu_memory_utilization`` x memory."""
+    memory: float
+    """The GPU's memory."""
+    utilization: float
+    """``gpu_memory_utilization``."""
+
+    @property
+    def needed(self) -> float:
+        """Weights + activations + KV."""
+        return self.weights + self.activations + self.kv
+
+    @property
+    def fits(self) -> bool:
+        """The deployment fits in the usable memory."""
+        return self.needed <= self.usable
+
+    def explain(self) -> str:
+        """The arithmetic, in one line."""
+        gb = 1e9
+        over = self.needed - self.usable
+        return (
+            f"{self.model} does not fit on {self.tp} x {self.hardware}: per GPU "
+            f"{self.weights / gb:,.1f} GB of weights + {self.activations / gb:,.1f} GB activation "
+            f"peak + {self.kv / gb:,.1f} GB KV ({self.num_blocks:,} blocks) = "
+            f"{self.needed / gb:,.1f} GB, {over / gb:,.1f} GB more than the "
+            f"{self.usable / gb:.1f} GB that gpu_memory_utilization={self.utilization:g} "
+            f"leaves of {self.memory / gb:.0f} GB"
+        )
+
+
+def _presets(cm: CostModelConfig, prefix: str) -> tuple[str, str, int, str] | None:
+    """(model, hardware, tp, field) a cost model names, or None (a linear model)."""
+    from simulator.cost import ProfiledCostConfig, RooflineCostConfig
+    from simulator.cost.fitted import FittedCostConfig, load_preset
+
+    if isinstance(cm, RooflineCostConfig | ProfiledCostConfig):
+        return cm.model, cm.hardware, cm.tp, f"{prefix}cost_model."
+    if isinstance(cm, FittedCostConfig):
+        preset = in_field(f"{prefix}cost_model.path", load_preset, cm.path)
+        return preset.model, preset.hardware, preset.tp, f"{prefix}cost_model.path: {cm.path}: "
+    return None
+
+
+def memory_budget(
+    sched: SchedulerConfig, cm: CostModelConfig, prefix: str = ""
+) -> MemoryBudget | None:
+    """The per-GPU memory a resolved scheduler and cost model use, or None when the cost model
+    names no model and GPU (or ``num_blocks`` is not set yet)."""
+    named = _presets(cm, prefix)
+    if named is None or sched.num_blocks is None:
+        return None
+    model_name, hardware_name, tp, where = named
+    model = in_field(f"{where}model", load_model, model_name)
+    hw = in_field(f"{where}hardware", load_hardware, hardware_name)
+    activations = activation_peak_bytes(model, tp, sched.max_num_batched_tokens, sched.max_num_seqs)
+    kv = sched.num_blocks * sched.block_size * model.kv_bytes_per_token / tp
+    return MemoryBudget(
+        model=model.name,
+        hardware=hw.name,
+        tp=tp,
+        num_blocks=sched.num_blocks,
+        weights=model.weight_bytes / tp,
+        activations=float(activations),
+        kv=kv,
+        usable=hw.memory_bytes * sched.gpu_memory_utilization,
+        memory=float(hw.memory_bytes),
+        utilization=sched.gpu_memory_utilization,
+    )
+
+
+def check_memory(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = "") -> None:
+    """Refuse (``InputError``, one line with the arithmetic) a deployment that does not fit."""
+    budget = memory_budget(sched, cm, prefix)
+    if budget is not None and not budget.fits:
+        raise DoesNotFit(f"{prefix}scheduler.num_blocks: {budget.explain()}")
+
+
+def check_scenario_memory(cfg: ScenarioConfig) -> None:
+    """Every replica group of a resolved scenario fits in its GPUs' memory (one line naming
+    the first that does not)."""
+    if cfg.cluster is None:
+        check_memory(cfg.scheduler, cfg.cost_model)
+        return
+    from simulator.cluster.config import replica_groups
+
+    for spec in replica_groups(cfg.cluster, cfg.scheduler, cfg.cost_model):
+        check_memory(spec.scheduler, spec.cost_model, f"{spec.field}.")
