@@ -16,6 +16,7 @@ from simulator.config import ScenarioConfig, load_scenario, validate
 from simulator.cost import (
     CostModel,
     CostModelConfig,
+    PhysicsCostConfig,
     ProfiledCostConfig,
     RooflineCostConfig,
     build_cost_model,
@@ -45,7 +46,7 @@ def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = ""
         return sched.num_blocks
     from simulator.cost.presets import derive_num_blocks, load_hardware, load_model
 
-    if isinstance(cm, RooflineCostConfig | ProfiledCostConfig):
+    if isinstance(cm, RooflineCostConfig | ProfiledCostConfig | PhysicsCostConfig):
         model, hardware, tp = cm.model, cm.hardware, cm.tp
         where = f"{prefix}cost_model."  # the scenario names the presets
     elif isinstance(cm, FittedCostConfig):
