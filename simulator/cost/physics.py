@@ -76,12 +76,12 @@ class PhysicsCostModel(CostModel):
         self.shape = shape = RankShape.of(model, cfg.tp)
         comm_fixed, self._comm_per_token = _allreduce_constants(cfg.tp, model, hw)
         counts = np.arange(_TABLE + 1, dtype=float)
-        tokens = token_time(counts, shape, self._flops, self._bw, p)
+        tokens = token_time(counts, shape, self._flops, self._bw, p, hw.hbm_bandwidth)
         tokens = tokens + np.where(counts > 0, comm_fixed + self._comm_per_token * counts, 0.0)
         self._comm_fixed = comm_fixed
         self._token_table: list[float] = tokens.tolist()
         self._seq_table: list[float] = sequence_time(
-            counts, shape, self._flops, self._bw, p
+            counts, shape, self._flops, self._bw, p, hw.hbm_bandwidth
         ).tolist()
         self._attention_constants()
 
@@ -158,7 +158,9 @@ class PhysicsCostModel(CostModel):
         table = self._token_table
         if n < len(table):
             return table[n]
-        t = token_time(np.array([float(n)]), self.shape, self._flops, self._bw, self._p)[0]
+        t = token_time(
+            np.array([float(n)]), self.shape, self._flops, self._bw, self._p, self.hw.hbm_bandwidth
+        )[0]
         return float(t) + self._comm_fixed + self._comm_per_token * n
 
     def _sequences(self, n: int) -> float:
@@ -166,7 +168,14 @@ class PhysicsCostModel(CostModel):
         if n < len(table):
             return table[n]
         return float(
-            sequence_time(np.array([float(n)]), self.shape, self._flops, self._bw, self._p)[0]
+            sequence_time(
+                np.array([float(n)]),
+                self.shape,
+                self._flops,
+                self._bw,
+                self._p,
+                self.hw.hbm_bandwidth,
+            )[0]
         )
 
 

@@ -22,6 +22,7 @@ SHARED = (
     "gemm_compute",
     "gemm_ramp_tokens",
     "gemm_memory",
+    "gemm_tiled_memory",
     "gemm_sharpness",
     "elem_launch_us",
     "norm_memory",
@@ -48,6 +49,9 @@ with no measurements)."""
 Params = Mapping[str, float]
 
 _US = 1e-6
+GEMV_TOKENS = 16
+"""Most rows the matmul library serves with its skinny (GEMV-like) kernels (LLMServingSim's
+RTX 4090 and RTX PRO 6000 profiles: every matmul steps up by 5-8% from 16 to 20 tokens)."""
 
 
 @dataclass(frozen=True)
@@ -130,10 +134,14 @@ def smooth_max(a: Array, b: Array, sharpness: float) -> Array:
 def gemm_time(m: Array, k: int, n: int, flops: float, bw: float, p: Params, dt: int) -> Array:
     """Seconds of an ``m x k`` by ``k x n`` matmul: a launch plus the smooth max of compute
     (efficiency rising with ``m`` to the plateau ``gemm_compute``: ``m / (m + ramp)``) and
-    memory (weights read once, activations in and out); 0 at ``m = 0``."""
+    memory (weights read once, activations in and out; less well by tiled kernels); 0 at
+    ``m = 0``."""
     m = np.asarray(m, dtype=float)
     compute = 2.0 * k * n * (m + p["gemm_ramp_tokens"]) / (flops * p["gemm_compute"])
     memory = dt * (k * n + m * (k + n)) / (bw * p["gemm_memory"])
+    # above GEMV_TOKENS rows the library switches from its skinny kernels to tiled ones,
+    # which stream the weights less well (a step seen at 16 -> 20 tokens on both GPUs)
+    memory = np.where(m > GEMV_TOKENS, memory / p["gemm_tiled_memory"], memory)
     t = p["gemm_launch_us"] * _US + smooth_max(compute, memory, p["gemm_sharpness"])
     return np.where(m > 0, t, 0.0)
 
@@ -198,9 +206,14 @@ def attention_time(
     return np.where(busy, p["attn_launch_us"] * _US + prefill + decode, 0.0)
 
 
-def token_time(m: Array, shape: RankShape, flops: float, bw: float, p: Params) -> Array:
+def token_time(
+    m: Array, shape: RankShape, flops: float, bw: float, p: Params, spec_bw: float
+) -> Array:
     """Seconds of every token-parallel operator of a step of ``m`` tokens: each layer's
-    matmuls and memory-bound operators, times the layers, and the once-per-step ones."""
+    matmuls and memory-bound operators, times the layers, and the once-per-step ones. The
+    small memory-bound operators move their data at the spec sheet's ``spec_bw`` times their
+    own efficiency: they live in L2 as much as in DRAM, so the GPU's fitted DRAM scale (in
+    ``bw``) is not theirs."""
     m = np.asarray(m, dtype=float)
     dt = shape.dtype_bytes
     per_layer = sum(
@@ -209,7 +222,7 @@ def token_time(m: Array, shape: RankShape, flops: float, bw: float, p: Params) -
     )
     per_step = np.zeros_like(m)
     for kind, elems, calls in shape.elementwise().values():
-        t = elementwise_time(m, kind, elems, bw, p, dt)
+        t = elementwise_time(m, kind, elems, spec_bw, p, dt)
         if calls:
             per_layer = per_layer + calls * t
         else:
@@ -217,7 +230,10 @@ def token_time(m: Array, shape: RankShape, flops: float, bw: float, p: Params) -
     return np.asarray(shape.layers * per_layer + per_step)
 
 
-def sequence_time(seqs: Array, shape: RankShape, flops: float, bw: float, p: Params) -> Array:
-    """Seconds of the per-sequence operators: the LM head's matmul and the sampler."""
+def sequence_time(
+    seqs: Array, shape: RankShape, flops: float, bw: float, p: Params, spec_bw: float
+) -> Array:
+    """Seconds of the per-sequence operators: the LM head's matmul and the sampler (at the
+    spec sheet's bandwidth, as the memory-bound operators of ``token_time``)."""
     head = gemm_time(seqs, shape.hidden, shape.vocab, flops, bw, p, shape.dtype_bytes)
-    return np.asarray(head + sampler_time(seqs, shape.full_vocab, bw, p))
+    return np.asarray(head + sampler_time(seqs, shape.full_vocab, spec_bw, p))

@@ -17,6 +17,7 @@ START = {
     "gemm_compute": 0.8,
     "gemm_ramp_tokens": 20.0,
     "gemm_memory": 0.85,
+    "gemm_tiled_memory": 0.95,
     "gemm_sharpness": 3.0,
     "elem_launch_us": 2.0,
     "norm_memory": 0.6,
@@ -39,8 +40,12 @@ START = {
 BOUNDS = {"gemm_sharpness": (1.0, 12.0), "attn_sharpness": (1.0, 12.0)}
 """Parameters with bounds other than ``(1e-4, 1e4)`` times their start."""
 SCALE_PRIOR = 0.3
-"""Weight of the pull of each log GPU scale towards 0: without it a shared efficiency and
-the scales could trade off freely; with it the shared ones fit the typical GPU."""
+"""Weight of the pull of each log GPU scale towards 0 for a GPU measured on the stack priced:
+without it a shared efficiency and the scales could trade off freely; with it the shared
+ones fit the typical such GPU. A GPU measured only on another stack (Vidur's) gets a pull of
+``OTHER_STACK_PRIOR``: its scales take up the other stack's level, and its points shape the
+curves only."""
+OTHER_STACK_PRIOR = 0.003
 
 
 @dataclass(frozen=True)
@@ -67,16 +72,18 @@ def _unpack(
     return shared, scales
 
 
-def residuals(x: Array, sets: Sequence[ObservationSet], gpus: Sequence[str]) -> Array:
-    """Weighted log errors of every observation, then the scales' prior."""
+def residuals(x: Array, sets: Sequence[ObservationSet], gpus: Sequence[str], prior: Array) -> Array:
+    """Weighted log errors of every observation, then the scales' prior (``prior``: its
+    weight for each scale)."""
     shared, scales = _unpack(x, gpus)
     parts = []
     for s in sets:
         c, m = scales[s.hardware.name]
+        m = m if s.scaled else 1.0
         pred = s.predict(shared, s.hardware.peak_flops * c, s.hardware.hbm_bandwidth * m)
         w = np.sqrt(s.weight / len(s.measured))
         parts.append(w * np.log(np.maximum(pred, 1e-12) / s.measured))
-    parts.append(SCALE_PRIOR * x[len(SHARED) :])
+    parts.append(prior * x[len(SHARED) :])
     return np.concatenate(parts)
 
 
@@ -85,6 +92,11 @@ def fit(sets: Sequence[ObservationSet]) -> FitResult:
     from scipy.optimize import least_squares
 
     gpus = sorted({s.hardware.name for s in sets})
+    own = {s.hardware.name for s in sets if s.own_stack}
+    # (compute, memory) per GPU: another stack's compute-bound matmuls are the same cuBLAS
+    # kernels, so its GPUs' compute scales are pulled like any; only their memory-bound end
+    # (and its timing overheads) is that stack's own
+    prior = np.ravel([(SCALE_PRIOR, SCALE_PRIOR if g in own else OTHER_STACK_PRIOR) for g in gpus])
     x0 = np.log([START[k] for k in SHARED] + [1.0] * (len(PER_GPU) * len(gpus)))
     lo = np.array([np.log(BOUNDS.get(k, (START[k] * 1e-4, 0))[0]) for k in SHARED])
     hi = np.array([np.log(BOUNDS.get(k, (0, START[k] * 1e4))[1]) for k in SHARED])
@@ -94,7 +106,7 @@ def fit(sets: Sequence[ObservationSet]) -> FitResult:
         residuals,
         x0,
         bounds=(lo, hi),
-        args=(sets, gpus),
+        args=(sets, gpus, prior),
         loss="soft_l1",
         f_scale=0.1,
         x_scale=1.0,

@@ -25,6 +25,12 @@ from simulator.cost.profiles.csvfile import read_columns
 from simulator.cost.profiles.vidur import read_vidur_mlp
 
 _US = 1e-6
+VIDUR_WEIGHT = 0.15
+"""Weight of each of Vidur's matmul sets (16 per file: 4 matmuls x 4 TP degrees) against 1
+for each matmul of an LLMServingSim bundle: Vidur's 2024 profiler is not the stack the model
+prices, so its A100 and H100 points shape the curves without outvoting vLLM 0.19's."""
+DECODE_TOKENS = 256
+"""Token counts up to this are the decode end of a matmul's curve (weighed on their own)."""
 MIXED_STRIDE = 3
 """Every third mixed attention point is fitted (in file order: deterministic): the grid's
 ~19,000 mixed points are near neighbours, and a third of them halves the fit's time."""
@@ -92,6 +98,12 @@ class ObservationSet:
     """The term, evaluated at the set's points."""
     weight: float
     """Weight of the whole set in the fit."""
+    scaled: bool = True
+    """Whether the GPU's fitted DRAM scale applies (not to the small memory-bound operators:
+    ``physics_terms.token_time``)."""
+    own_stack: bool = True
+    """Measured on the stack the model prices (else another stack's profile: it shapes the
+    curves, its GPU's scales absorb its level)."""
 
 
 def sha256(path: Path) -> str:
@@ -145,7 +157,8 @@ def _vidur(src: Source, path: Path, tp: int, shape: RankShape, hw: HardwareSpec)
                 hw,
                 np.asarray(curve.ys),
                 _gemm(k, n, m, shape.dtype_bytes),
-                0.5,
+                VIDUR_WEIGHT,
+                own_stack=False,
             )
         )
     return out
@@ -161,15 +174,21 @@ def _bundle(src: Source, folder: Path, shape: RankShape, hw: HardwareSpec) -> li
     layer, tokens, times = (np.asarray(cols[c]) for c in ("layer", "tokens", "time_us"))
     gemms, elems = shape.gemms(), shape.elementwise()
     for op in sorted(set(cols["layer"])):
-        rows = layer == op
-        m, t = tokens[rows].astype(float), times[rows] * _US
         if op in gemms:
-            predict, weight = _gemm(*gemms[op], m, dt), 1.0
+            # decode steps (a few to a few hundred tokens) are most of a serving run's steps:
+            # the matmuls' memory-bound end weighs as much as all the rest
+            for part, rows, weight in (
+                ("", (layer == op) & (tokens <= DECODE_TOKENS), 1.0),
+                (":large", (layer == op) & (tokens > DECODE_TOKENS), 1.0),
+            ):
+                m, t = tokens[rows].astype(float), times[rows] * _US
+                predict = _gemm(*gemms[op], m, dt)
+                out.append(ObservationSet(src.name, op + part, hw, t, predict, weight))
         elif op in elems:
-            predict, weight = _elem(elems[op][0], elems[op][1], m, dt), 0.1
-        else:
-            continue
-        out.append(ObservationSet(src.name, op, hw, t, predict, weight))
+            rows = layer == op
+            m, t = tokens[rows].astype(float), times[rows] * _US
+            predict = _elem(elems[op][0], elems[op][1], m, dt)
+            out.append(ObservationSet(src.name, op, hw, t, predict, 0.1, False))
     out += _per_sequence(src, folder / "per_sequence.csv", shape, hw)
     out += _attention(src, folder / "attention.csv", shape, hw)
     return out
@@ -191,6 +210,7 @@ def _per_sequence(src: Source, path: Path, shape: RankShape, hw: HardwareSpec) -
             times[layer == "sampler"],
             lambda p, f, b: terms.sampler_time(s_samp, v, b, p),
             0.1,
+            False,
         ),
     ]
 
