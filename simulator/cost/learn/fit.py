@@ -46,6 +46,10 @@ ones fit the typical such GPU. A GPU measured only on another stack (Vidur's) ge
 ``OTHER_STACK_PRIOR``: its scales take up the other stack's level, and its points shape the
 curves only."""
 OTHER_STACK_PRIOR = 0.003
+START_PRIOR = 0.01
+"""Weight of the pull of each shared parameter's log towards its start: too weak to move a
+parameter the data determine, it keeps one no training set measures (the activation's
+efficiency when every bundle left is MoE) at its plausible start instead of at a bound."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ def residuals(x: Array, sets: Sequence[ObservationSet], gpus: Sequence[str], pri
         w = np.sqrt(s.weight / len(s.measured))
         parts.append(w * np.log(np.maximum(pred, 1e-12) / s.measured))
     parts.append(prior * x[len(SHARED) :])
+    parts.append(START_PRIOR * (x[: len(SHARED)] - np.log([START[k] for k in SHARED])))
     return np.concatenate(parts)
 
 
