@@ -44,10 +44,15 @@ def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = ""
     ``prefix`` goes before the keys named in errors (a cluster's replica group)."""
     if sched.num_blocks is not None:
         return sched.num_blocks
-    from simulator.cost.presets import derive_num_blocks, load_hardware, load_model
+    from simulator.cost.presets import Dtype, derive_num_blocks, load_hardware, load_model
 
-    if isinstance(cm, RooflineCostConfig | ProfiledCostConfig | PhysicsCostConfig):
+    dtypes: tuple[Dtype | None, Dtype | None] = (None, None)
+    if isinstance(cm, PhysicsCostConfig):  # bf16 only (it refuses other dtypes)
         model, hardware, tp = cm.model, cm.hardware, cm.tp
+        where = f"{prefix}cost_model."
+    elif isinstance(cm, RooflineCostConfig | ProfiledCostConfig):
+        model, hardware, tp = cm.model, cm.hardware, cm.tp
+        dtypes = (cm.weight_dtype, cm.kv_dtype)
         where = f"{prefix}cost_model."  # the scenario names the presets
     elif isinstance(cm, FittedCostConfig):
         # a fitted preset names the model and GPUs it was fitted on
@@ -60,7 +65,7 @@ def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = ""
             "and profiled models derive it from GPU memory)"
         )
     return derive_num_blocks(
-        in_field(f"{where}model", load_model, model),
+        in_field(f"{where}model", lambda m: load_model(m, *dtypes), model),
         in_field(f"{where}hardware", load_hardware, hardware),
         tp,
         sched.block_size,

@@ -66,6 +66,7 @@ class PhysicsCostModel(CostModel):
                 f"cost_model.tp: {cfg.tp} does not divide num_heads={model.num_heads} "
                 f"of model {model.name}"
             )
+        _check_priceable(model)
         self.cfg, self.model, self.hw = cfg, model, hw
         p, c_scale, m_scale = params.for_gpu(hw.name)
         if not cfg.gpu_fit:
@@ -176,6 +177,22 @@ class PhysicsCostModel(CostModel):
                 self._p,
                 self.hw.hbm_bandwidth,
             )[0]
+        )
+
+
+def _check_priceable(model: ModelSpec) -> None:
+    """This version prices dense attention and MLPs at one 16-bit dtype: anything else is
+    one line naming the field, not a dense model's price given silently."""
+    why = None
+    if model.is_moe:
+        why = "num_experts: MoE layers are not priced by the physics model yet"
+    elif model.is_mla:
+        why = "kv_lora_rank: MLA attention is not priced by the physics model yet"
+    elif model.weight_dtype_bytes != 2 or model.kv_dtype_bytes != 2:
+        why = "weight_dtype/kv_dtype: the physics model prices 16-bit weights and KV only"
+    if why is not None:
+        raise InputError(
+            f"cost_model.model: {model.name}: {why} (the roofline and profiled models price it)"
         )
 
 
