@@ -16,6 +16,7 @@ from simulator.config import ScenarioConfig, load_scenario, validate
 from simulator.cost import (
     CostModel,
     CostModelConfig,
+    PhysicsCostConfig,
     ProfiledCostConfig,
     RooflineCostConfig,
     build_cost_model,
@@ -47,7 +48,10 @@ def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = ""
     from simulator.cost.presets import Dtype, derive_num_blocks, load_hardware, load_model
 
     dtypes: tuple[Dtype | None, Dtype | None] = (None, None)
-    if isinstance(cm, RooflineCostConfig | ProfiledCostConfig):
+    if isinstance(cm, PhysicsCostConfig):  # bf16 only (it refuses other dtypes)
+        model, hardware, tp = cm.model, cm.hardware, cm.tp
+        where = f"{prefix}cost_model."
+    elif isinstance(cm, RooflineCostConfig | ProfiledCostConfig):
         model, hardware, tp = cm.model, cm.hardware, cm.tp
         dtypes = (cm.weight_dtype, cm.kv_dtype)
         where = f"{prefix}cost_model."  # the scenario names the presets

@@ -265,6 +265,8 @@ SUMS_MODELS = {
     },
     "fitted": {"type": "fitted", "path": "llama-2-70b_h100-sxm_tp8"},
     "fitted-knee": {"type": "fitted", "path": "bloom-176b_a100-80gb_tp8"},
+    "physics": {"type": "physics", "model": "llama-3-8b", "hardware": "h100-sxm"},
+    "physics-tp": {"type": "physics", "model": "llama-3.1-8b", "hardware": "rtx-pro-6000", "tp": 2},
 }
 
 

@@ -13,6 +13,8 @@ from pydantic import Field
 from simulator.cost.fitted import FittedCostConfig, load_fitted
 from simulator.cost.interface import CostModel
 from simulator.cost.linear import LinearCostConfig, LinearCostModel
+from simulator.cost.physics import PhysicsCostConfig, PhysicsCostModel
+from simulator.cost.physics_params import load_params
 from simulator.cost.presets import load_hardware, load_model
 from simulator.cost.profiled import ProfiledCostConfig, ProfiledCostModel
 from simulator.cost.profiles import read_profile
@@ -24,6 +26,8 @@ __all__ = [
     "CostModelConfig",
     "LinearCostConfig",
     "LinearCostModel",
+    "PhysicsCostConfig",
+    "PhysicsCostModel",
     "ProfiledCostConfig",
     "ProfiledCostModel",
     "RooflineCostConfig",
@@ -32,7 +36,11 @@ __all__ = [
 ]
 
 CostModelConfig = Annotated[
-    LinearCostConfig | RooflineCostConfig | FittedCostConfig | ProfiledCostConfig,
+    LinearCostConfig
+    | RooflineCostConfig
+    | FittedCostConfig
+    | ProfiledCostConfig
+    | PhysicsCostConfig,
     Field(discriminator="type"),
 ]
 """Any cost-model config, told apart by its ``type`` field."""
@@ -55,4 +63,11 @@ def build_cost_model(cfg: CostModelConfig) -> CostModel:
             "cost_model.profile", lambda p: read_profile(p, cfg.format, cfg.tp), cfg.profile
         )
         return ProfiledCostModel(cfg, model, hardware, profile)
+    if isinstance(cfg, PhysicsCostConfig):
+        return PhysicsCostModel(
+            cfg,
+            in_field("cost_model.model", load_model, cfg.model),
+            in_field("cost_model.hardware", load_hardware, cfg.hardware),
+            in_field("cost_model.params", load_params, cfg.params),
+        )
     raise InputError(f"cost_model: unsupported type {type(cfg).__name__}")

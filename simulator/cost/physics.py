@@ -1,0 +1,214 @@
+"""The ``physics`` cost model: a step's time as a sum of roofline terms per operator (dense
+matmuls and memory-bound operators by token count, attention by prefill chunk, context and
+decodes, LM head and sampler by sequence, tensor-parallel all-reduces from the link), each
+bent by a learned efficiency curve whose parameters belong to the serving stack, not to one
+GPU: a GPU nobody measured is priced from its spec sheet (formulas: ``docs/cost_models.md``;
+parameters: ``configs/physics/params.yaml``, refitted by ``servesim learn``).
+
+The core is one function of the step's sums (``PhysicsCostModel.time_of``); ``step_time`` and
+``time_from_sums`` both call it, so the engine's fast path is exact.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from simulator.cost.batch import Batch, StepSums
+from simulator.cost.interface import CostModel
+from simulator.cost.physics_params import PhysicsParams
+from simulator.cost.physics_terms import Q_TILE, RankShape, sequence_time, token_time
+from simulator.cost.presets import HardwareSpec, ModelSpec
+from simulator.errors import InputError
+
+_US = 1e-6
+_TABLE = 16384
+"""Token and sequence counts tabulated at construction (beyond: computed per step)."""
+
+
+class PhysicsCostConfig(BaseModel):
+    """Step time from per-operator roofline terms with learned efficiencies (any GPU preset,
+    any dense model preset; no profile needed)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    type: Literal["physics"] = "physics"
+    """Discriminator of the cost-model union."""
+    model: str
+    """Model preset name (``configs/models/<name>.yaml``) or YAML path."""
+    hardware: str
+    """Hardware preset name (``configs/hardware/<name>.yaml``) or YAML path: peak FLOPs, memory
+    bandwidth, and for ``tp > 1`` the link's bandwidth and all-reduce latency."""
+    tp: int = Field(default=1, ge=1)
+    """Tensor-parallel degree: each rank computes its shard; 2 all-reduces per layer."""
+    params: str | None = None
+    """Learned parameters (a ``servesim learn`` YAML); default: the shipped
+    ``configs/physics/params.yaml``."""
+    gpu_fit: bool = True
+    """Use the GPU's own fitted scales when the parameters have them; ``false`` prices it
+    from its spec sheet alone, as a GPU nobody measured."""
+
+
+class PhysicsCostModel(CostModel):
+    """Per-operator roofline terms with learned efficiencies (see the module docstring)."""
+
+    times_from_sums = True
+
+    def __init__(
+        self, cfg: PhysicsCostConfig, model: ModelSpec, hw: HardwareSpec, params: PhysicsParams
+    ) -> None:
+        """Check the shapes and specs the terms need; tabulate the token and sequence terms."""
+        if model.num_heads % cfg.tp != 0:
+            raise InputError(
+                f"cost_model.tp: {cfg.tp} does not divide num_heads={model.num_heads} "
+                f"of model {model.name}"
+            )
+        _check_priceable(model)
+        self.cfg, self.model, self.hw = cfg, model, hw
+        p, c_scale, m_scale = params.for_gpu(hw.name)
+        if not cfg.gpu_fit:
+            c_scale = m_scale = 1.0
+        self._p = p
+        self._flops = hw.peak_flops * c_scale
+        self._bw = hw.hbm_bandwidth * m_scale
+        self.shape = shape = RankShape.of(model, cfg.tp)
+        comm_fixed, self._comm_per_token = _allreduce_constants(cfg.tp, model, hw)
+        counts = np.arange(_TABLE + 1, dtype=float)
+        tokens = token_time(counts, shape, self._flops, self._bw, p, hw.hbm_bandwidth)
+        tokens = tokens + np.where(counts > 0, comm_fixed + self._comm_per_token * counts, 0.0)
+        self._comm_fixed = comm_fixed
+        self._token_table: list[float] = tokens.tolist()
+        self._seq_table: list[float] = sequence_time(
+            counts, shape, self._flops, self._bw, p, hw.hbm_bandwidth
+        ).tolist()
+        self._attention_constants()
+
+    def _attention_constants(self) -> None:
+        """Fold the attention terms' parameters into per-step constants (seconds)."""
+        p, s, layers = self._p, self.shape, self.shape.layers
+        kvb = s.kv_bytes_per_token
+        self._a_launch = layers * p["attn_launch_us"] * _US
+        self._a_causal = p["prefill_causal"]
+        self._a_pair = layers * 4.0 * s.q_heads * s.head_dim / (self._flops * p["prefill_compute"])
+        self._a_pread = layers * kvb / (self._bw * p["prefill_memory"])
+        self._a_sharp = p["attn_sharpness"]
+        self._a_dread = layers * kvb / (self._bw * p["decode_memory"])
+        self._a_occ = p["decode_occupancy"] / math.sqrt(s.kv_heads)
+        self._a_seq = layers * p["decode_seq_us"] * _US
+        self._a_mixed = p["mixed_decode"]
+
+    # -- the step ------------------------------------------------------------------------
+
+    def time_of(self, s: StepSums) -> float:
+        """Seconds of a step with these sums: the whole model, in one function (the scalar
+        form of ``physics_terms.attention_time`` for attention; tests compare the two)."""
+        nd = s.num_decodes
+        pc = s.num_tokens - nd
+        t = self._tokens(s.num_tokens) + self._sequences(s.num_seqs) + self._a_launch
+        if pc > 0:
+            pairs = s.pairs - (s.decode_context + nd)
+            kvp = s.context - s.decode_context
+            tri = min(pc * (pc + 1) / 2, pairs)
+            pad = (Q_TILE - pc) * kvp if pc < Q_TILE else 0
+            compute = self._a_pair * (pairs - tri + pad + tri / self._a_causal)
+            memory = self._a_pread * (kvp + pc)
+            q = self._a_sharp
+            t += (compute**q + memory**q) ** (1.0 / q)
+        if nd > 0:
+            occupancy = 1.0 + self._a_occ / math.sqrt(nd)
+            decode = self._a_dread * (s.decode_context + nd) * occupancy + self._a_seq * nd
+            t += decode * self._a_mixed if pc > 0 else decode
+        return t
+
+    def step_time(self, batch: Batch) -> float:
+        """Seconds the step takes."""
+        if not batch.new_tokens:
+            return 0.0
+        return self.time_of(StepSums.of(batch))
+
+    def time_from_sums(
+        self,
+        num_seqs: int,
+        num_decodes: int,
+        num_tokens: int,
+        context: int,
+        decode_context: int,
+        pairs: int,
+    ) -> float:
+        """Seconds of a step with these sums (exactly ``step_time`` of any such batch)."""
+        return self.time_of(
+            StepSums(num_seqs, num_decodes, num_tokens, context, decode_context, pairs)
+        )
+
+    def decode_time(self, num_seqs: int, context: int) -> float:
+        """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens."""
+        return self.time_of(
+            StepSums(num_seqs, num_seqs, num_seqs, context, context, context + num_seqs)
+        )
+
+    def allreduce_time(self, num_tokens: int) -> float:
+        """Seconds of a step's tensor-parallel all-reduces (in ``time_of``; 0 at TP 1)."""
+        if self.cfg.tp == 1 or num_tokens == 0:
+            return 0.0
+        return self._comm_fixed + self._comm_per_token * num_tokens
+
+    def _tokens(self, n: int) -> float:
+        table = self._token_table
+        if n < len(table):
+            return table[n]
+        t = token_time(
+            np.array([float(n)]), self.shape, self._flops, self._bw, self._p, self.hw.hbm_bandwidth
+        )[0]
+        return float(t) + self._comm_fixed + self._comm_per_token * n
+
+    def _sequences(self, n: int) -> float:
+        table = self._seq_table
+        if n < len(table):
+            return table[n]
+        return float(
+            sequence_time(
+                np.array([float(n)]),
+                self.shape,
+                self._flops,
+                self._bw,
+                self._p,
+                self.hw.hbm_bandwidth,
+            )[0]
+        )
+
+
+def _check_priceable(model: ModelSpec) -> None:
+    """This version prices dense attention and MLPs at one 16-bit dtype: anything else is
+    one line naming the field, not a dense model's price given silently."""
+    why = None
+    if model.is_moe:
+        why = "num_experts: MoE layers are not priced by the physics model yet"
+    elif model.is_mla:
+        why = "kv_lora_rank: MLA attention is not priced by the physics model yet"
+    elif model.weight_dtype_bytes != 2 or model.kv_dtype_bytes != 2:
+        why = "weight_dtype/kv_dtype: the physics model prices 16-bit weights and KV only"
+    if why is not None:
+        raise InputError(
+            f"cost_model.model: {model.name}: {why} (the roofline and profiled models price it)"
+        )
+
+
+def _allreduce_constants(tp: int, model: ModelSpec, hw: HardwareSpec) -> tuple[float, float]:
+    """Seconds per step and per token of the 2 ring all-reduces per layer under TP, from the
+    preset's link (not learned: no public all-reduce timings in the data); a preset without
+    a link cannot price ``tp > 1``."""
+    if tp == 1:
+        return 0.0, 0.0
+    if hw.interconnect_bandwidth is None:
+        raise InputError(
+            f"cost_model.hardware: preset {hw.name} has no interconnect_bandwidth, which the "
+            f"physics model needs for tp={tp}"
+        )
+    latency = hw.allreduce_latency_us or 0.0  # presets without it: none measured, none added
+    num = 2 * model.num_layers
+    ring = 2.0 * (tp - 1) / tp  # a ring all-reduce sends this much of the buffer
+    per_token = num * ring * model.hidden_size * model.dtype_bytes / hw.interconnect_bandwidth
+    return num * latency * _US, per_token

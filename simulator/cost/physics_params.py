@@ -1,0 +1,97 @@
+"""The `physics` cost model's learned parameters: a data file (``configs/physics/params.yaml``,
+written by ``servesim learn``) saying what it was fitted on, when, and its errors."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from simulator.cost.physics_terms import PER_GPU, SHARED
+from simulator.cost.presets import configs_dir, load_yaml_model
+from simulator.errors import InputError
+
+__all__ = ["GpuFit", "GroupError", "PhysicsParams", "default_params_path", "load_params"]
+
+
+class GpuFit(BaseModel):
+    """What the fit learned of one measured GPU (an unmeasured GPU has scales of 1)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    compute_scale: float = Field(gt=0, allow_inf_nan=False)
+    """Achieved matmul peak relative to the preset's ``peak_flops`` x ``gemm_compute``."""
+    memory_scale: float = Field(gt=0, allow_inf_nan=False)
+    """Achieved bandwidth relative to the preset's ``hbm_bandwidth`` x each term's efficiency."""
+
+
+class GroupError(BaseModel):
+    """The fit's in-sample error on one group of measurements (step times built from them)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    points: int = Field(ge=0)
+    """Steps compared."""
+    median_pct: float = Field(ge=0)
+    """Median absolute error, percent."""
+    p90_pct: float = Field(ge=0)
+    """90th percentile of the absolute error, percent."""
+
+
+class PhysicsParams(BaseModel):
+    """Learned efficiencies of one serving stack: shared ones, and per-GPU scales."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    stack: str
+    """The serving stack the measurements were taken on (its kernels are what is learned)."""
+    fitted_on: list[str]
+    """The measurement files fitted (path under the data folder and sha256)."""
+    excluded: list[str] = Field(default_factory=list)
+    """Public measurements deliberately left out, each with its reason."""
+    fitted_at: str
+    """When the fit ran (UTC, ISO 8601)."""
+    command: str
+    """The command that wrote this file."""
+    shared: dict[str, float]
+    """Parameters of the stack, the same on every GPU (``physics_terms.SHARED``)."""
+    gpus: dict[str, GpuFit] = Field(default_factory=dict)
+    """Per hardware preset name with measurements: its scales."""
+    errors: dict[str, GroupError] = Field(default_factory=dict)
+    """Per measured group (GPU / model / tp): the fit's in-sample step-time error."""
+
+    @field_validator("shared")
+    @classmethod
+    def _all_shared(cls, value: dict[str, float]) -> dict[str, float]:
+        missing = [k for k in SHARED if k not in value]
+        unknown = [k for k in value if k not in SHARED]
+        if missing or unknown:
+            raise ValueError(f"missing {missing}, unknown {unknown} (expected {list(SHARED)})")
+        bad = [k for k, v in value.items() if not (math.isfinite(v) and v > 0)]
+        if bad:
+            raise ValueError(f"{bad[0]} must be a finite number > 0")
+        return value
+
+    def for_gpu(self, name: str) -> tuple[dict[str, float], float, float]:
+        """(shared parameters, compute scale, memory scale) for hardware preset ``name``."""
+        fit = self.gpus.get(name)
+        if fit is None:
+            return dict(self.shared), 1.0, 1.0
+        return dict(self.shared), fit.compute_scale, fit.memory_scale
+
+
+assert set(PER_GPU) == set(GpuFit.model_fields), "GpuFit's fields are physics_terms.PER_GPU"
+
+
+def default_params_path() -> Path:
+    """The shipped parameters, ``configs/physics/params.yaml``."""
+    return configs_dir() / "physics" / "params.yaml"
+
+
+def load_params(path: str | None) -> PhysicsParams:
+    """Parameters from ``path`` (a YAML file), or the shipped ones when ``None``."""
+    file = Path(path) if path is not None else default_params_path()
+    if not file.is_file():
+        raise InputError(f"physics parameters file {file}: not found")
+    return load_yaml_model(file, PhysicsParams)
