@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Hashable
 
-from simulator.scheduling.kv_cache_manager import KVCacheManager
-from simulator.scheduling.spec import Sequence, SequenceStatus, SpecScheduler
-from simulator.scheduling.vllm_v1 import VllmV1Scheduler
+from simulator.scheduling import Sequence, SequenceStatus, StepScheduler
+from simulator.scheduling.kv_manager import KVManager
 
-AnyScheduler = SpecScheduler | VllmV1Scheduler
+AnyScheduler = StepScheduler
 
 
 def base_sampler(bases: dict[Hashable, int]) -> Callable[[Sequence], int]:
@@ -33,7 +32,7 @@ def check_invariants(
     # I1: blocks are accounted for exactly and never over-allocated (with a prefix cache a
     # block may be shared, so the sum over sequences is an upper bound there).
     held = sum(s.num_blocks for s in sched.running)
-    if isinstance(sched.blocks, KVCacheManager):
+    if sched.blocks.caching:
         assert sched.blocks_used <= held
     else:
         assert sched.blocks_used == held
@@ -77,11 +76,11 @@ def check_invariants(
     for status, ids in places.items():
         for i in ids:
             assert next(s for s in all_seqs if s.seq_id == i).status is status
-    if isinstance(sched.blocks, KVCacheManager):
+    if sched.blocks.caching:
         check_block_invariants(sched.blocks, sched.running)
 
 
-def check_block_invariants(blocks: KVCacheManager, running: list[Sequence]) -> None:
+def check_block_invariants(blocks: KVManager, running: list[Sequence]) -> None:
     """The block manager's own invariants: reference counts never negative and equal to the
     holders; free + referenced = total; the hash map lists each cached block once, under its
     own hash; every running sequence's blocks referenced, its first ``num_cached_blocks``

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
+from simulator.scheduling import StepScheduler
 from simulator.scheduling.replay import check_cases, replay
 from simulator.scheduling.replay_cases import read_cases
 from simulator.scheduling.sequence import Sequence
-from simulator.scheduling.spec import SpecScheduler
-from simulator.scheduling.vllm_v1 import VllmV1Scheduler
 
 CASES = Path(__file__).parent / "data" / "vllm_v1_scheduler" / "cases.jsonl"
 
@@ -42,16 +41,16 @@ def test_spec_policy_differs_where_vllm_does(cases) -> None:  # type: ignore[no-
     assert [300 - per_group[g] for g in range(6)] == [262, 269, 245, 278, 155, 117]
 
 
-def sched(**kw: object) -> VllmV1Scheduler:
+def sched(**kw: object) -> StepScheduler:
     args = {"num_blocks": 3, "block_size": 2, "max_num_seqs": 8, "max_num_batched_tokens": 64}
     args.update(kw)  # type: ignore[arg-type]
-    return VllmV1Scheduler(sample_fn=lambda s: 100 + len(s.output), **args)  # type: ignore[arg-type]
+    return StepScheduler.vllm_v1(sample_fn=lambda s: 100 + len(s.output), **args)  # type: ignore[arg-type]
 
 
 def test_no_admission_in_a_step_that_preempted() -> None:
     # a2 has to preempt itself in step 2; with a budget of 3 its recompute chunk (2 tokens,
     # 1 block) fits again at once, and the spec re-admits it in the same step: vLLM does not
-    def plans(s: SpecScheduler | VllmV1Scheduler) -> list[dict[Hashable, int]]:
+    def plans(s: StepScheduler) -> list[dict[Hashable, int]]:
         for q in (Sequence("a1", 1, 2), Sequence("a2", 2, 2)):
             s.add(q)
         out = []
@@ -60,7 +59,7 @@ def test_no_admission_in_a_step_that_preempted() -> None:
             s.update()
         return out
 
-    spec = SpecScheduler(2, 2, 8, 3, lambda q: 100 + len(q.output))
+    spec = StepScheduler(2, 2, 8, 3, lambda q: 100 + len(q.output))
     vllm = sched(
         num_blocks=2, max_num_batched_tokens=3, reserve_full_isl=False, enable_prefix_caching=False
     )

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from simulator.cost.batch import Batch
+from simulator.cost.batch import Batch, StepSums
 from simulator.cost.interface import CostModel
 
 _MS = 1e-3
@@ -57,21 +57,9 @@ class LinearCostModel(CostModel):
         """Seconds the step takes."""
         return self._time(sum(batch.new_tokens), len(batch.new_tokens), sum(batch.context_lens))
 
-    def time_from_sums(
-        self,
-        num_seqs: int,
-        num_decodes: int,
-        num_tokens: int,
-        context: int,
-        decode_context: int,
-        pairs: int,
-    ) -> float:
+    def time_sums(self, sums: StepSums) -> float:
         """Seconds of a step with these sums (the same arithmetic as ``step_time``)."""
-        return self._time(num_tokens, num_seqs, context)
-
-    def decode_time(self, num_seqs: int, context: int) -> float:
-        """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in all."""
-        return self._time(num_seqs, num_seqs, context)
+        return self._time(sums[2], sums[0], sums[3])
 
     def _time(self, tokens: int, seqs: int, context: int) -> float:
         return (

@@ -13,7 +13,7 @@ Timing rules (also in docs/metrics.md):
 - Steps the scheduler can plan in O(what changed) (``fast_step()``: its deferred decode group
   decodes, a few others prefill or are admitted, nobody is preempted) are taken back to back
   under one simpy timeout until the next arrival could change a decision, and timed from
-  their sums (``CostModel.time_from_sums``) without building their batch. Every step still
+  their sums (``CostModel.time_sums``) without building their batch. Every step still
   gets its own row, and the results are identical to stepping through ``schedule()`` and
   ``update()`` (``fast_decode=False``; the tests compare the two).
 """
@@ -21,14 +21,15 @@ Timing rules (also in docs/metrics.md):
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from functools import partial
 from itertools import accumulate, islice, repeat
 from operator import mul
 from typing import Any
 
 import simpy
 
-from simulator.cost.batch import Batch
+from simulator.cost.batch import Batch, StepSums
 from simulator.cost.interface import CostModel
 from simulator.engine.recorder import Recorder
 from simulator.scheduling.interface import DecodeStretch, Scheduler, StepPlan
@@ -273,16 +274,18 @@ class Server:
         C, in the same order as one by one); stop after a step whose end a timeout from
         ``start`` would not land on exactly. ``times`` is (start, end, arrival). Return the
         steps taken, whether that cut them, and the end of the last."""
-        decode_time = self.cost_model.decode_time
+        time_sums = self.cost_model.time_sums
         start, end, arrival = times
         taken, total = 0, len(contexts)
         while taken < total:
             if arrival == float("inf"):
                 chunk = total - taken
             else:  # about the steps left before the arrival, from the last step's time
-                guess = durations[-1] if durations else decode_time(m, contexts[taken])
+                guess = (
+                    durations[-1] if durations else time_sums(StepSums.decode(m, contexts[taken]))
+                )
                 chunk = min(total - taken, max(int((arrival - end) / guess), 0) + 2)
-            each = list(map(decode_time, repeat(m, chunk), contexts[taken : taken + chunk]))
+            each = list(map(time_sums, decode_sums(m, contexts[taken : taken + chunk])))
             ends = list(accumulate(each, initial=end))
             k = bisect_left(ends, arrival, 0, chunk)  # steps that start before the arrival
             if not k and first and not taken:
@@ -310,7 +313,7 @@ class Server:
         if plan is None:
             return -1.0, [], 0, 0
         sums = plan_sums(plan)
-        duration = self.cost_model.time_from_sums(*sums)
+        duration = self.cost_model.time_sums(sums)
         if plan.num_admitted:
             rec.record_admitted(plan, start)
         num_seqs, decodes, num_tokens = sums[0], sums[1], sums[2]
@@ -354,23 +357,28 @@ class Server:
             self.on_done(len(done), end)
 
 
-def plan_sums(plan: StepPlan) -> tuple[int, int, int, int, int, int]:
+def decode_sums(m: int, contexts: range) -> Iterator[StepSums]:
+    """The ``StepSums`` of decode steps of ``m`` sequences over ``contexts`` (built in C:
+    most steps of a run are timed from these)."""
+    pairs = range(contexts.start + m, contexts.stop + m, contexts.step)
+    return map(_SUMS, zip(repeat(m), repeat(m), repeat(m), contexts, contexts, pairs))
+
+
+_SUMS = partial(tuple.__new__, StepSums)
+
+
+def plan_sums(plan: StepPlan) -> StepSums:
     """The ``StepSums`` of a step from its plan: O(1) for its deferred decode group, O(1) for
     each other sequence."""
     m, ctx = plan.num_deferred, plan.deferred_context
     new, context = plan.num_new_tokens, plan.context_lens
     if not new:
-        return m, m, m, ctx, ctx, ctx + m
+        return StepSums.decode(m, ctx)
     tokens = sum(new)
     decode_context = ctx + sum(c for n, c in zip(new, context, strict=True) if n == 1)
     # each decode of the group sees its context and itself; a chunk of n on c tokens sees
     # n * c + n (n + 1) / 2 pairs (``Batch.attention_pairs``)
     pairs = ctx + m + sum(map(mul, new, context)) + (sum(map(mul, new, new)) + tokens) // 2
-    return (
-        m + len(new),
-        m + new.count(1),
-        m + tokens,
-        ctx + sum(context),
-        decode_context,
-        pairs,
+    return StepSums(
+        m + len(new), m + new.count(1), m + tokens, ctx + sum(context), decode_context, pairs
     )

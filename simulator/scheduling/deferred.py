@@ -15,17 +15,18 @@ from collections.abc import Hashable
 from itertools import islice
 
 from simulator.scheduling.block_hash import extend_hashes
-from simulator.scheduling.block_manager import BlockManager
 from simulator.scheduling.decode_run import DecodeRun
 from simulator.scheduling.interface import DecodeStretch, ManySampler, Sampler, StepPlan
-from simulator.scheduling.kv_cache_manager import KVCacheManager
+from simulator.scheduling.kv_manager import KVManager
+from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
 from simulator.scheduling.sequence import Sequence, SequenceStatus
 
 
 class DeferredDecodes:
     """The deferred decode group of a policy, and its prefix-cache head watch."""
 
-    blocks: BlockManager | KVCacheManager
+    blocks: KVManager
+    waiting: FCFSQueue | PriorityQueue
     max_num_batched_tokens: int
     sample_fn: Sampler | None
     sample_many: ManySampler | None
@@ -49,7 +50,7 @@ class DeferredDecodes:
     def _start_run(self) -> DecodeRun:
         """A group of the running sequences, from the head, that sampled in the last update()."""
         bs = self.blocks.block_size
-        run = DecodeRun(bs, with_blocks=isinstance(self.blocks, KVCacheManager))
+        run = DecodeRun(bs, with_blocks=self.blocks.caching)
         sampled = {id(s) for s in self._sampled}
         for seq in self._running:
             if id(seq) not in sampled:
@@ -57,10 +58,6 @@ class DeferredDecodes:
             run.join(seq, bs)
         self._run = run
         return run
-
-    def _num_waiting(self) -> int:
-        """Sequences waiting for admission."""
-        raise NotImplementedError
 
     def _retire(self, seq: Sequence) -> None:
         raise NotImplementedError
@@ -74,7 +71,7 @@ class DeferredDecodes:
         if self._fast_plan is not None:
             self.finish_fast_step()
         blocks = self.blocks
-        if not isinstance(blocks, BlockManager) or self._num_waiting():
+        if blocks.caching or self.waiting:
             return None
         run = self._run
         if run is None:
@@ -94,7 +91,7 @@ class DeferredDecodes:
         them in which members finished, (its index in the stretch, who finished)."""
         run = self._run
         blocks = self.blocks
-        assert run is not None and isinstance(blocks, BlockManager) and k > 0
+        assert run is not None and not blocks.caching and k > 0
         bs = blocks.block_size
         first = t = run.steps
         out: list[tuple[int, list[Sequence]]] = []
@@ -129,9 +126,8 @@ class DeferredDecodes:
         seq.num_computed += k
         seq.num_tokens += k
         seq.deferred_from += k
-        blocks = self.blocks
-        if isinstance(blocks, BlockManager):
-            blocks.settle(seq, seq.num_computed)
+        if not self.blocks.caching:
+            self.blocks.settle(seq, seq.num_computed)
 
     def _settle(self) -> None:
         """Bring every member up to date; the group stays (the offsets do not move)."""
@@ -155,10 +151,10 @@ class DeferredDecodes:
         """Take (and with a prefix cache, cache) the members' blocks of step ``t``; the caller
         checked that ``grow`` blocks are free."""
         blocks = self.blocks
-        if isinstance(blocks, BlockManager):
+        pool, bs = blocks.pool, blocks.block_size
+        if pool is None:
             blocks.take(grow)
             return
-        pool, bs = blocks.pool, blocks.block_size
         growing, filling = run.growing(t, bs), run.filling(t, bs)
         fills = [(seq, (seq.num_computed - seq.deferred_from + t) // bs - 1) for seq in filling]
         fill_hashes = [extend_hashes(seq, j + 1, bs)[j] for seq, j in fills]
@@ -177,7 +173,7 @@ class DeferredDecodes:
         """Forget the head's hit if taking ``grow`` blocks evicts, or the fills cache, a block
         its hit could cover."""
         blocks = self.blocks
-        assert isinstance(blocks, KVCacheManager) and self._memo is not None
+        assert blocks.pool is not None and self._memo is not None
         head, chain, hits = self._memo
         if head.status is not SequenceStatus.WAITING:
             self._memo = None
@@ -199,8 +195,6 @@ class DeferredDecodes:
         memo = self._memo
         if memo is not None and memo[0] is seq:
             return memo[2]
-        blocks = self.blocks
-        assert isinstance(blocks, KVCacheManager)
-        hits = blocks.lookup(seq)
+        hits = self.blocks.lookup(seq)
         self._memo = (seq, None, hits)
         return hits

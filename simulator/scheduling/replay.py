@@ -21,8 +21,7 @@ from simulator.errors import InputError
 from simulator.scheduling.interface import Sampler, Scheduler
 from simulator.scheduling.replay_cases import Case, check_steps, read_cases
 from simulator.scheduling.sequence import Sequence
-from simulator.scheduling.spec import SpecScheduler
-from simulator.scheduling.vllm_v1 import VllmV1Scheduler
+from simulator.scheduling.step_scheduler import StepScheduler
 
 EOS = 50256
 OUT_TOKEN0 = 100_000
@@ -53,32 +52,25 @@ class Divergence:
 
 
 def make_replay_scheduler(case: Case, policy: str, sample: Sampler) -> Scheduler:
-    """The scheduler ``policy`` names, configured as the case's vLLM scheduler was."""
+    """The scheduler ``policy`` names, configured as the case's vLLM scheduler was (the
+    vLLM-only settings given to ``spec`` too would be refused: it ignores them)."""
+    if policy not in REPLAY_POLICIES:
+        raise ValueError(
+            f"unknown policy {policy!r} (expected one of {', '.join(REPLAY_POLICIES)})"
+        )
     c = case.config
+    args = (c["num_blocks"], c["block_size"], c["max_num_seqs"], c["max_num_batched_tokens"])
     if policy == "spec":
-        return SpecScheduler(
-            c["num_blocks"],
-            c["block_size"],
-            c["max_num_seqs"],
-            c["max_num_batched_tokens"],
-            sample,
-            EOS,
-            enable_prefix_caching=c["enable_prefix_caching"],
-        )
-    if policy == "vllm-v1":
-        return VllmV1Scheduler(
-            c["num_blocks"],
-            c["block_size"],
-            c["max_num_seqs"],
-            c["max_num_batched_tokens"],
-            sample,
-            EOS,
-            priority=c["policy"] == "priority",
-            reserve_full_isl=c["reserve_full_isl"],
-            long_prefill_token_threshold=c["long_prefill_token_threshold"],
-            enable_prefix_caching=c["enable_prefix_caching"],
-        )
-    raise ValueError(f"unknown policy {policy!r} (expected one of {', '.join(REPLAY_POLICIES)})")
+        return StepScheduler(*args, sample, EOS, enable_prefix_caching=c["enable_prefix_caching"])
+    return StepScheduler.vllm_v1(
+        *args,
+        sample,
+        EOS,
+        priority=c["policy"] == "priority",
+        reserve_full_isl=c["reserve_full_isl"],
+        long_prefill_token_threshold=c["long_prefill_token_threshold"],
+        enable_prefix_caching=c["enable_prefix_caching"],
+    )
 
 
 def case_sequences(case: Case) -> list[Sequence]:
