@@ -403,7 +403,7 @@ def test_plan_sums_are_those_of_the_whole_batch() -> None:
     """A fast step's sums, from its group's two numbers and its other sequences, are the
     sums of the batch it stands for, whatever the group members' own contexts."""
     from simulator.cost.batch import Batch, StepSums
-    from simulator.engine.server import plan_sums
+    from simulator.engine.fast_window import plan_sums
     from simulator.scheduling.interface import StepPlan
     from simulator.scheduling.sequence import Sequence
 

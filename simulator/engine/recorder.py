@@ -153,6 +153,10 @@ class Recorder:
 
     # -- requests ------------------------------------------------------------------------------
 
+    def record_rejected(self, request: int, reason: str) -> None:
+        """A request that can never be served, and why."""
+        self.rejected.append((request, reason))
+
     def record_finish(
         self, request: int, end: float, num_preemptions: int, num_output: int
     ) -> None:
