@@ -13,14 +13,8 @@ from typing import Any
 import numpy as np
 
 from simulator.config import ScenarioConfig, load_scenario, validate
-from simulator.cost import (
-    CostModel,
-    CostModelConfig,
-    ProfiledCostConfig,
-    RooflineCostConfig,
-    build_cost_model,
-)
-from simulator.cost.fitted import FittedCostConfig, load_preset
+from simulator.cost import CostModel, CostModelConfig, build_cost_model
+from simulator.cost.gpus import named_gpus
 from simulator.engine.result import SimulationResult
 from simulator.engine.serving import StepWithCpu
 from simulator.engine.simulation import Simulation
@@ -45,23 +39,17 @@ def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = ""
         return sched.num_blocks
     from simulator.cost.presets import derive_num_blocks, load_hardware, load_model
 
-    if isinstance(cm, RooflineCostConfig | ProfiledCostConfig):
-        model, hardware, tp = cm.model, cm.hardware, cm.tp
-        where = f"{prefix}cost_model."  # the scenario names the presets
-    elif isinstance(cm, FittedCostConfig):
-        # a fitted preset names the model and GPUs it was fitted on
-        preset = in_field(f"{prefix}cost_model.path", load_preset, cm.path)
-        model, hardware, tp = preset.model, preset.hardware, preset.tp
-        where = f"{prefix}cost_model.path: {cm.path}: "
-    else:
+    gpus = named_gpus(cm, prefix)
+    if gpus is None:
         raise InputError(
-            f"{prefix}scheduler.num_blocks: required with a linear cost model (roofline, fitted "
-            "and profiled models derive it from GPU memory)"
+            f"{prefix}scheduler.num_blocks: required with a cost model that names no model "
+            "and GPUs, such as a linear one (roofline, fitted and profiled models derive it "
+            "from GPU memory)"
         )
     return derive_num_blocks(
-        in_field(f"{where}model", load_model, model),
-        in_field(f"{where}hardware", load_hardware, hardware),
-        tp,
+        in_field(f"{gpus.where}model", load_model, gpus.model),
+        in_field(f"{gpus.where}hardware", load_hardware, gpus.hardware),
+        gpus.tp,
         sched.block_size,
         sched.gpu_memory_utilization,
         max_num_batched_tokens=sched.max_num_batched_tokens,

@@ -88,13 +88,13 @@ class RooflineCostModel(CostModel):
 
     def step_time(self, batch: Batch) -> float:
         """Seconds the step takes."""
-        return self._time(*self._sums(batch))
+        tokens, ctx, pairs = self._sums(batch)
+        return self.time_sums((0, 0, tokens, ctx, 0, pairs))  # type: ignore[arg-type]
 
     def time_sums(self, sums: StepSums) -> float:
-        """Seconds of a step with these sums (the same arithmetic as ``step_time``)."""
-        return self._time(sums[2], sums[3], sums[5])
-
-    def _time(self, tokens: int, ctx: int, pairs: int) -> float:
+        """Seconds of a step with these sums (``step_time`` goes through here too)."""
+        # one call: the engine times most steps of a run here
+        tokens, ctx, pairs = sums[2], sums[3], sums[5]
         flops = self._mm_flops_per_token * tokens + self._attn_flops_per_pair * pairs
         nbytes = self._weight_bytes + self._kv_bytes_per_token * (ctx + tokens)
         t_compute, t_memory = flops / self._compute_rate, nbytes / self._memory_rate

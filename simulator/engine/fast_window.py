@@ -34,6 +34,10 @@ from simulator.scheduling.sequence import Sequence
 Retire = Callable[[list[Sequence], float], None]
 """What becomes of the sequences that finished in a step ending at a given time."""
 
+Final = tuple[StepPlan | None, float, float, int]
+"""A step planned and not applied: its plan (None: the last of a stretch), start, end, and
+the sequences of its deferred decode group."""
+
 
 class FastWindow:
     """Windows of fast steps of one server's scheduler on its clock."""
@@ -63,17 +67,12 @@ class FastWindow:
         env, sched = self.env, self.scheduler
         steps = 0
         start = end = env.now
-        final: tuple[StepPlan, float, float, int] | None = None  # applied at its end
+        final: Final | None = None  # the step in flight as the window ends: applied then
         while end < self.next_arrival() or not steps:
             stretch = sched.decode_stretch()
             if stretch is not None:
-                end, last_start, k = self._stretch(stretch, start, end, not steps)
+                end, last_start, k, final = self._stretch(stretch, start, end, not steps)
                 steps += k
-                if end >= self.next_arrival():  # its last step is the final one
-                    final = self._plan(last_start)
-                    assert final is not None  # the group's next step, as the stretch had it
-                    steps += 1
-                    end = final[2]
             else:
                 last_start = end
                 final = self._plan(end)
@@ -98,9 +97,10 @@ class FastWindow:
 
     # -- one step planned by fast_step() ---------------------------------------------------
 
-    def _plan(self, start: float) -> tuple[StepPlan, float, float, int] | None:
+    def _plan(self, start: float) -> Final | None:
         """Plan the step from ``start`` by ``fast_step()`` and record its row: (plan, start,
-        end, blocks used once planned); None if the scheduler could not take it so."""
+        end, sequences of its deferred decode group); None if the scheduler could not take
+        it so."""
         sched, rec = self.scheduler, self.recorder
         num_running, num_waiting = sched.num_running, sched.num_waiting
         plan = sched.fast_step()
@@ -114,15 +114,16 @@ class FastWindow:
         used = sched.num_blocks_used
         ints = (num_seqs, num_tokens, num_tokens - decodes, decodes, used, num_running)
         rec.record_step(start, duration, (*ints, num_waiting, 0, sched.num_cached_blocks))
-        return plan, start, start + duration, used
+        return plan, start, start + duration, plan.num_deferred
 
-    def _apply(self, plan: StepPlan, start: float, end: float, used: int) -> None:
-        """Apply a step ``_plan`` planned: its samples, and who finished."""
+    def _apply(self, plan: StepPlan | None, start: float, end: float, num_deferred: int) -> None:
+        """Apply a step planned (by ``_plan``, or the last of a stretch): its samples, and
+        who finished."""
         rec = self.recorder
-        if plan.num_deferred:
-            rec.record_decode_step(plan.num_deferred, start, end)
+        if num_deferred:
+            rec.record_decode_step(num_deferred, start, end)
         done = self.scheduler.finish_fast_step()
-        if plan.sampled:
+        if plan is not None and plan.sampled:
             rec.record_samples(plan.sampled, end)
         if done:
             self.retire(done, end)
@@ -131,23 +132,22 @@ class FastWindow:
 
     def _stretch(
         self, stretch: DecodeStretch, start: float, end: float, first: bool
-    ) -> tuple[float, float, int]:
-        """Time the steps of ``stretch`` from ``end`` (``_time_stretch``) and take them but
-        the last if it is the window's final one (left to ``fast_step()``, which plans it
-        the same); return the end of the last step timed, its start, and the steps taken."""
+    ) -> tuple[float, float, int, Final | None]:
+        """Time the steps of ``stretch`` from ``end`` (``_time_stretch``) and take them, the
+        last only planned if it is the window's final one; return the end of the last, its
+        start, the steps taken, and the final step if it is."""
         starts, durations, sizes, used = self._time_stretch(stretch, start, end, first)
         k = len(durations)
-        last_end = starts[-1] + durations[-1]
-        if last_end >= self.next_arrival():
-            k -= 1
-            sizes = [(lo, m) for lo, m in sizes if lo < k]
+        last_start = starts[-1]
+        last_end = last_start + durations[-1]
+        held = last_end >= self.next_arrival()
         self.recorder.record_decode_steps(
-            sizes, starts[:k], durations[:k], used[:k], stretch.num_cached_blocks
+            sizes, starts, durations, used, stretch.num_cached_blocks, open_last=held
         )
-        if k:
-            for j, seqs in self.scheduler.take_decodes(k):
-                self.retire(seqs, starts[j] + durations[j])
-        return last_end, starts[-1], k
+        for j, seqs in self.scheduler.take_decodes(k, held):
+            self.retire(seqs, starts[j] + durations[j])
+        final = (None, last_start, last_end, sizes[-1][1]) if held else None
+        return last_end, last_start, k, final
 
     def _time_stretch(
         self, stretch: DecodeStretch, start: float, end: float, first: bool
@@ -170,6 +170,8 @@ class FastWindow:
             used_blocks.extend(islice(used, n))
             first = False
             if cut or n < len(contexts) or finishing and self.cut_at_finish:
+                if not n:  # the arrival came before it
+                    sizes.pop()
                 break
         return starts, durations, sizes, used_blocks
 

@@ -78,11 +78,13 @@ class Recorder:
         durations: list[float],
         blocks_used: list[int],
         num_cached_blocks: int,
+        open_last: bool = False,
     ) -> None:
         """Consecutive steps in which every running sequence decodes one token and nobody
         waits: their starts, durations and blocks used; ``sizes`` lists (first step, number of
         sequences) wherever that number changes. Their tokens are recorded as
-        ``record_decode_step`` would."""
+        ``record_decode_step`` would, but for the last one's with ``open_last`` (it is still
+        in flight: ``record_decode_step`` records them when it ends)."""
         k = len(durations)
         if not k:
             return
@@ -93,9 +95,10 @@ class Recorder:
         for (lo, m), hi in zip(sizes, bounds, strict=True):
             ints = (m, m, 0, m, 0, m, 0, 0, num_cached_blocks)
             self._steps.add_alike(starts[lo:hi], durations[lo:hi], blocks_used[lo:hi], ints)
-            counts.extend([m] * (hi - lo))
-            self.num_tokens += m * (hi - lo)
-        self._run_gaps.extend(durations)
+            n = hi - lo - (open_last and hi == k)
+            counts.extend([m] * n)
+            self.num_tokens += m * n
+        self._run_gaps.extend(durations[: k - 1] if open_last else durations)
         if len(self._run_gaps) >= CHUNK_GAPS:
             self._flush_gaps()
 

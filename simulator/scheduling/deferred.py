@@ -86,20 +86,26 @@ class DeferredDecodes:
             return None  # the next step needs a block that is missing
         return DecodeStretch(run.segments(blocks.num_used, blocks.num_blocks, bs), 0)
 
-    def take_decodes(self, k: int) -> list[tuple[int, list[Sequence]]]:
+    def take_decodes(self, k: int, hold_last: bool = False) -> list[tuple[int, list[Sequence]]]:
         """Take the first ``k`` steps of the last ``decode_stretch()``; return, for each of
-        them in which members finished, (its index in the stretch, who finished)."""
+        them in which members finished, (its index in the stretch, who finished). With
+        ``hold_last`` the last is only planned: ``finish_fast_step()`` applies it."""
         run = self._run
         blocks = self.blocks
         assert run is not None and not blocks.caching and k > 0
         bs = blocks.block_size
         first = t = run.steps
         out: list[tuple[int, list[Sequence]]] = []
+        if hold_last:  # an empty plan of the group's step: its members finish when applied
+            self._fast_plan, self._finishing = StepPlan([], [], [], 0, []), []
         while run.num_seqs and run.next_finish() <= first + k:
             f = run.next_finish()
             blocks.take(run.blocks_over(t, f, bs))
             run.steps = t = f
             done = run.finish_at.pop(f)
+            if hold_last and f == first + k:
+                self._finishing = done
+                break
             for seq in done:
                 run.drop(seq, bs)
                 self._advance(seq, f - seq.deferred_from)
@@ -164,6 +170,7 @@ class DeferredDecodes:
             for seq, b in zip(growing, pool.take(grow), strict=True):
                 seq.block_ids.append(b)
                 seq.num_blocks += 1
+            blocks.pool_changed()
         cache = pool.cache
         for (seq, j), h in zip(fills, fill_hashes, strict=True):
             cache(seq.block_ids[j], h)

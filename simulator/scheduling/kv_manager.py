@@ -24,7 +24,7 @@ from simulator.scheduling.sequence import Sequence
 class KVManager:
     """Which blocks each sequence holds (counted, or with identities and a prefix cache)."""
 
-    __slots__ = ("num_blocks", "block_size", "caching", "pool", "_num_used")
+    __slots__ = ("num_blocks", "block_size", "caching", "pool", "num_used")
 
     def __init__(self, num_blocks: int, block_size: int, *, caching: bool) -> None:
         self.num_blocks = num_blocks
@@ -35,19 +35,17 @@ class KVManager:
         """Whether blocks have identities and full ones are cached for reuse."""
         self.pool = BlockPool(num_blocks) if caching else None
         """With caching: the blocks, their reference counts and the hash map."""
-        self._num_used = 0  # without caching: blocks held (outside deferred decode steps)
-
-    @property
-    def num_used(self) -> int:
-        """Blocks held by sequences."""
-        pool = self.pool
-        return self._num_used if pool is None else self.num_blocks - pool.num_free
+        self.num_used = 0
+        """Blocks held by sequences (a field, not worked out: it is read in every step)."""
 
     @property
     def num_free(self) -> int:
         """Blocks nobody holds, cached content included."""
-        pool = self.pool
-        return self.num_blocks - self._num_used if pool is None else pool.num_free
+        return self.num_blocks - self.num_used
+
+    def pool_changed(self) -> None:
+        """Count the blocks held again after the pool handed out or took back blocks."""
+        self.num_used = self.num_blocks - self.pool.num_free  # type: ignore[union-attr]
 
     @property
     def num_cached_free(self) -> int:
@@ -98,6 +96,7 @@ class KVManager:
         seq.block_ids.extend(hits)
         seq.num_blocks = seq.num_cached_blocks = len(hits)
         self._take(pool, seq, num_tokens)
+        self.pool_changed()
         return True
 
     def grow(self, seq: Sequence, num_tokens: int) -> bool:
@@ -108,14 +107,15 @@ class KVManager:
         if pool is None:
             if need <= 0:
                 return True
-            if self._num_used + need > self.num_blocks:
+            if self.num_used + need > self.num_blocks:
                 return False
             seq.num_blocks += need
-            self._num_used += need
+            self.num_used += need
             return True
         if need > pool.num_free:
             return False
         self._take(pool, seq, num_tokens)
+        self.pool_changed()
         return True
 
     def _take(self, pool: BlockPool, seq: Sequence, num_tokens: int) -> None:
@@ -140,13 +140,14 @@ class KVManager:
         """Return every block of ``seq`` (with caching: tail first, cached content stays)."""
         pool = self.pool
         if pool is None:
-            self._num_used -= seq.num_blocks
+            self.num_used -= seq.num_blocks
         else:
             blocks = seq.block_ids
             blocks.reverse()
             pool.free(blocks)
             seq.block_ids = []
             seq.num_cached_blocks = 0
+            self.pool_changed()
         seq.num_blocks = 0
 
     # -- deferred decode steps without caching -------------------------------------------------
@@ -155,7 +156,7 @@ class KVManager:
 
     def take(self, n: int) -> None:
         """Count ``n`` more blocks as used, for sequences ``settle()`` will name later."""
-        self._num_used += n
+        self.num_used += n
 
     def settle(self, seq: Sequence, num_tokens: int) -> None:
         """Record that ``seq`` holds the blocks for ``num_tokens`` tokens, already counted

@@ -311,7 +311,7 @@ class StepScheduler(FastSteps, Scheduler):
         waiting, running, blocks = self.waiting, self._running, self.blocks
         caching, reserve = blocks.caching, self.reserve_full_isl
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
-            seq = waiting.peek()
+            seq = waiting[0]
             hits = self._lookup(seq) if caching else []
             start = len(hits) * blocks.block_size if caching else seq.num_computed
             n = seq.num_tokens - start
@@ -321,7 +321,7 @@ class StepScheduler(FastSteps, Scheduler):
                 n = budget
             if reserve and blocks.num_needed(seq, seq.num_tokens, hits) > blocks.num_free:
                 break
-            if not blocks.admit(seq, start + n, hits):
+            if not (blocks.admit(seq, start + n, hits) if hits else blocks.grow(seq, start + n)):
                 break
             waiting.pop()
             running.append(seq)
