@@ -67,7 +67,7 @@ def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioC
     else:
         cfg = load_scenario(scenario)
     if cfg.cluster is not None:
-        from simulator.cluster.resolve import resolve_cluster
+        from simulator.cluster_scenario import resolve_cluster
 
         cfg = cfg.model_copy(update={"cluster": resolve_cluster(cfg, num_blocks_for)})
     if cfg.scheduler.num_blocks is None:
@@ -115,7 +115,7 @@ def run(
     started = time.perf_counter()
     with _progress_bar(len(workload), cfg.name, progress) as tick:
         if cfg.cluster is not None:
-            from simulator.cluster.resolve import build_cluster
+            from simulator.cluster_scenario import build_cluster
 
             cluster = build_cluster(cfg, workload, slo, tick, fast_decode, steps)
             return _finish(cluster.run(), cfg, workload, started)

@@ -13,9 +13,9 @@ import pytest
 
 from simulator.cli import main
 from simulator.scheduling import StepScheduler
-from simulator.scheduling.replay import check_cases, replay
-from simulator.scheduling.replay_cases import read_cases
 from simulator.scheduling.sequence import Sequence
+from simulator.validation.scheduler_cases import read_cases
+from simulator.validation.scheduler_replay import check_cases, replay
 
 CASES = Path(__file__).parent / "data" / "vllm_v1_scheduler" / "cases.jsonl"
 
@@ -29,6 +29,27 @@ def test_every_recorded_case_replays_step_for_step(cases) -> None:  # type: igno
     report = check_cases(cases, "vllm-v1")
     assert report.num_cases == 1800
     assert [d.describe() for d in report.divergences] == []
+
+
+def test_every_recorded_case_replays_through_the_fast_path(  # type: ignore[no-untyped-def]
+    cases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast path takes every step it can of the cases without EOS (which only sampling
+    can reveal), and the steps are the recorded ones; the spec policy's count is its own."""
+    taken = {"fast": 0}
+    fast_step = StepScheduler.fast_step
+
+    def counted(self: StepScheduler) -> object:
+        plan = fast_step(self)
+        taken["fast"] += plan is not None
+        return plan
+
+    monkeypatch.setattr(StepScheduler, "fast_step", counted)
+    report = check_cases(cases, "vllm-v1", fast=True)
+    assert report.num_cases == 1800
+    assert [d.describe() for d in report.divergences] == []
+    assert taken["fast"] > 10_000
+    assert check_cases(cases, "spec", fast=True).num_matching == 1326
 
 
 def test_spec_policy_differs_where_vllm_does(cases) -> None:  # type: ignore[no-untyped-def]

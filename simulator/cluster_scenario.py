@@ -4,20 +4,17 @@ per token filled in (so the saved scenario says what ran), then the replicas bui
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from simulator.cluster.cluster import Cluster
 from simulator.cluster.config import ClusterConfig, ReplicaGroup, replica_groups
 from simulator.cluster.kv_link import KVLink
+from simulator.config import ScenarioConfig
 from simulator.cost import CostModelConfig, build_cost_model
 from simulator.cost.gpus import named_gpus
 from simulator.cost.presets import load_model
 from simulator.errors import InputError, in_field
 from simulator.scheduling.config import SchedulerConfig
 from simulator.workload.workload import Workload
-
-if TYPE_CHECKING:
-    from simulator.config import ScenarioConfig
 
 NumBlocks = Callable[[SchedulerConfig, CostModelConfig, str], int]
 
