@@ -4,6 +4,9 @@ proportional to requests, not to steps or tokens."""
 
 from __future__ import annotations
 
+from itertools import islice
+from operator import add, sub
+
 import numpy as np
 import pandas as pd
 
@@ -98,7 +101,9 @@ class Recorder:
             n = hi - lo - (open_last and hi == k)
             counts.extend([m] * n)
             self.num_tokens += m * n
-        self._run_gaps.extend(durations[: k - 1] if open_last else durations)
+        # each token's gap as the plain path takes it: its step's end (a float sum) - start
+        gaps = map(sub, map(add, starts, durations), starts)
+        self._run_gaps.extend(islice(gaps, k - 1) if open_last else gaps)
         if len(self._run_gaps) >= CHUNK_GAPS:
             self._flush_gaps()
 
