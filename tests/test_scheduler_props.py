@@ -451,12 +451,12 @@ def test_deferred_steps_cache_the_blocks_they_fill() -> None:
         sched.finish_fast_step()
         return plan.num_deferred, plan.deferred_context
 
-    assert sched.blocks.caching and seq.num_cached_blocks == 1
+    assert sched.blocks.caching and sched.blocks.num_cached_blocks(seq) == 1
     assert fast() == (1, 6)  # computes token 7 of 8: nothing new is full
-    assert seq.num_cached_blocks == 1
+    assert sched.blocks.num_cached_blocks(seq) == 1
     assert fast() == (1, 7)  # token 8 fills block 1: cached at once
-    assert seq.num_cached_blocks == 2 and sched.blocks.pool.cached[seq.block_hashes[1]] in (
-        seq.block_ids
-    )
+    assert sched.blocks.num_cached_blocks(seq) == 2 and sched.blocks.pool.cached[
+        seq.block_hashes[1]
+    ] in (sched.blocks.block_ids(seq))
     assert fast() == (1, 8)  # token 9 needs block 2: taken at once
     assert seq.num_blocks == 3 and sched.blocks_used == 3

@@ -157,7 +157,7 @@ class DeferredDecodes:
         """Take (and with a prefix cache, cache) the members' blocks of step ``t``; the caller
         checked that ``grow`` blocks are free."""
         blocks = self.blocks
-        pool, bs = blocks.pool, blocks.block_size
+        pool, bs, tables, cached = blocks.pool, blocks.block_size, blocks.tables, blocks.cached
         if pool is None:
             blocks.take(grow)
             return
@@ -168,13 +168,13 @@ class DeferredDecodes:
             self._watch_head(grow, fill_hashes)
         if grow:
             for seq, b in zip(growing, pool.take(grow), strict=True):
-                seq.block_ids.append(b)
+                tables[seq].append(b)
                 seq.num_blocks += 1
             blocks.pool_changed()
         cache = pool.cache
         for (seq, j), h in zip(fills, fill_hashes, strict=True):
-            cache(seq.block_ids[j], h)
-            seq.num_cached_blocks = j + 1
+            cache(tables[seq][j], h)
+            cached[seq] = j + 1
 
     def _watch_head(self, grow: int, fill_hashes: list[int]) -> None:
         """Forget the head's hit if taking ``grow`` blocks evicts, or the fills cache, a block

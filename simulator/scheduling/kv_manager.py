@@ -22,9 +22,10 @@ from simulator.scheduling.sequence import Sequence
 
 
 class KVManager:
-    """Which blocks each sequence holds (counted, or with identities and a prefix cache)."""
+    """Which blocks each sequence holds (counted, or with identities and a prefix cache): the
+    block tables are here (vLLM's ``req_to_blocks``); a sequence counts its blocks only."""
 
-    __slots__ = ("num_blocks", "block_size", "caching", "pool", "num_used")
+    __slots__ = ("num_blocks", "block_size", "caching", "pool", "num_used", "tables", "cached")
 
     def __init__(self, num_blocks: int, block_size: int, *, caching: bool) -> None:
         self.num_blocks = num_blocks
@@ -37,6 +38,19 @@ class KVManager:
         """With caching: the blocks, their reference counts and the hash map."""
         self.num_used = 0
         """Blocks held by sequences (a field, not worked out: it is read in every step)."""
+        self.tables: dict[Sequence, list[int]] = {}
+        """With caching: the blocks each sequence holds, in token order."""
+        self.cached: dict[Sequence, int] = {}
+        """With caching: how many of a sequence's blocks are in the prefix cache (hit, or
+        hashed once full; 0 when missing)."""
+
+    def block_ids(self, seq: Sequence) -> list[int]:
+        """The blocks ``seq`` holds, in token order (with caching; else none have ids)."""
+        return self.tables.get(seq, [])
+
+    def num_cached_blocks(self, seq: Sequence) -> int:
+        """How many of ``block_ids(seq)`` are in the prefix cache."""
+        return self.cached.get(seq, 0)
 
     @property
     def num_free(self) -> int:
@@ -93,8 +107,8 @@ class KVManager:
         pool = self.pool
         assert pool is not None
         pool.touch(hits)
-        seq.block_ids.extend(hits)
-        seq.num_blocks = seq.num_cached_blocks = len(hits)
+        self.tables[seq] = list(hits)
+        seq.num_blocks = self.cached[seq] = len(hits)
         self._take(pool, seq, num_tokens)
         self.pool_changed()
         return True
@@ -121,20 +135,21 @@ class KVManager:
     def _take(self, pool: BlockPool, seq: Sequence, num_tokens: int) -> None:
         new = -(-num_tokens // self.block_size) - seq.num_blocks
         if new > 0:
-            seq.block_ids += pool.take(new)
-            seq.num_blocks = len(seq.block_ids)
+            table = self.tables.setdefault(seq, [])
+            table += pool.take(new)
+            seq.num_blocks = len(table)
         self.cache_full(seq, num_tokens)
 
     def cache_full(self, seq: Sequence, num_tokens: int) -> None:
         """Cache the blocks of ``seq`` that are full once it holds ``num_tokens`` tokens of
         KV (only known tokens: never past ``seq.num_tokens``)."""
         full = min(num_tokens, seq.num_tokens) // self.block_size
-        done = seq.num_cached_blocks
+        done = self.cached.get(seq, 0)
         if full <= done:
             return
         hashes = extend_hashes(seq, full, self.block_size)
-        self.pool.cache_blocks(seq.block_ids, hashes, done, full)  # type: ignore[union-attr]
-        seq.num_cached_blocks = full
+        self.pool.cache_blocks(self.tables[seq], hashes, done, full)  # type: ignore[union-attr]
+        self.cached[seq] = full
 
     def free(self, seq: Sequence) -> None:
         """Return every block of ``seq`` (with caching: tail first, cached content stays)."""
@@ -142,11 +157,10 @@ class KVManager:
         if pool is None:
             self.num_used -= seq.num_blocks
         else:
-            blocks = seq.block_ids
+            blocks = self.tables.pop(seq, [])
             blocks.reverse()
             pool.free(blocks)
-            seq.block_ids = []
-            seq.num_cached_blocks = 0
+            self.cached.pop(seq, None)
             self.pool_changed()
         seq.num_blocks = 0
 
