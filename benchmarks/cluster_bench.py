@@ -41,7 +41,7 @@ def scenario(num_replicas: int, router: str) -> dict[str, Any]:
 
 def time_cluster(cfg: dict[str, Any]) -> tuple[float, Any]:
     """CPU time of the cluster's simulation and tables (workload built beforehand)."""
-    from simulator.cluster.resolve import build_cluster
+    from simulator.cluster_scenario import build_cluster
     from simulator.runner import build, resolve
 
     resolved = resolve(cfg)

@@ -75,7 +75,7 @@ def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
     """Drive only the scheduler over the same arrivals, with the same step times (no simpy,
     no Batch, no recording): the floor any engine built on this scheduler pays."""
     from simulator.runner import build, resolve
-    from simulator.scheduling.spec import Sequence, SpecScheduler
+    from simulator.scheduling import Sequence, StepScheduler
 
     cfg = resolve(scenario)
     workload, _ = build(cfg)
@@ -83,7 +83,7 @@ def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
     s = cfg.scheduler
     assert s.num_blocks is not None
     base, per_tok, per_seq = c.base_ms / 1e3, c.per_token_ms / 1e3, c.per_seq_ms / 1e3  # type: ignore[union-attr]
-    sched = SpecScheduler(
+    sched = StepScheduler(
         s.num_blocks, s.block_size, s.max_num_seqs, s.max_num_batched_tokens, keep_finished=False
     )
     arrival = workload.arrival_s.tolist()

@@ -38,7 +38,7 @@ from simulator.cost.calibration.measurements import step_kinds  # noqa: E402
 from simulator.cost.fitted import FittedCostModel, FittedPreset  # noqa: E402
 from simulator.cost.presets import load_hardware, load_model  # noqa: E402
 from simulator.cost.roofline import RooflineCostConfig, RooflineCostModel  # noqa: E402
-from simulator.scheduling.spec import Sequence, SpecScheduler  # noqa: E402
+from simulator.scheduling import Sequence, StepScheduler  # noqa: E402
 from tests.paths import DATA, MISSING  # noqa: E402
 
 FITTED = ROOT / "configs" / "fitted"
@@ -217,7 +217,7 @@ def simulate_batch_run(model: FittedCostModel, b: int, p: int, t: int) -> float:
     """ms for B requests of P prompt and T output tokens arriving together (one prefill step,
     then decode steps), driven through the real scheduler with ample blocks and budget."""
     block = 16
-    sched = SpecScheduler(
+    sched = StepScheduler(
         num_blocks=b * (-(-(p + t) // block)) + 1,
         block_size=block,
         max_num_seqs=b,

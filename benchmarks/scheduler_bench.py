@@ -9,14 +9,14 @@ import argparse
 import platform
 import time
 
-from simulator.scheduling.spec import Sequence, SpecScheduler
+from simulator.scheduling import Sequence, StepScheduler
 
 
 def bench(num_seqs: int, steps: int, prompt_len: int, block_size: int, deferred: bool) -> float:
     """Steps/s of ``num_seqs`` sequences decoding for ``steps`` steps, through
     schedule()+update() or, with ``deferred``, fast_step() + finish_fast_step() (settled by
     one final schedule())."""
-    sched = SpecScheduler(
+    sched = StepScheduler(
         num_blocks=num_seqs * ((prompt_len + steps) // block_size + 2),
         block_size=block_size,
         max_num_seqs=num_seqs,

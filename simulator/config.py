@@ -153,6 +153,6 @@ def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     return validate(data, str(path))
 
 
-def dump_scenario(cfg: ScenarioConfig) -> str:
+def dump_scenario(cfg: BaseModel) -> str:
     """The resolved scenario as YAML (every default spelled out)."""
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -13,15 +13,8 @@ from typing import Any
 import numpy as np
 
 from simulator.config import ScenarioConfig, load_scenario, validate
-from simulator.cost import (
-    CostModel,
-    CostModelConfig,
-    PhysicsCostConfig,
-    ProfiledCostConfig,
-    RooflineCostConfig,
-    build_cost_model,
-)
-from simulator.cost.fitted import FittedCostConfig, load_preset
+from simulator.cost import CostModel, CostModelConfig, build_cost_model
+from simulator.cost.gpus import named_gpus
 from simulator.engine.result import SimulationResult
 from simulator.engine.serving import StepWithCpu
 from simulator.engine.simulation import Simulation
@@ -45,30 +38,21 @@ def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = ""
     ``prefix`` goes before the keys named in errors (a cluster's replica group)."""
     if sched.num_blocks is not None:
         return sched.num_blocks
-    from simulator.cost.presets import Dtype, derive_num_blocks, load_hardware, load_model
+    from simulator.cost.presets import derive_num_blocks, load_hardware, load_model
 
-    dtypes: tuple[Dtype | None, Dtype | None] = (None, None)
-    if isinstance(cm, PhysicsCostConfig):  # bf16 only (it refuses other dtypes)
-        model, hardware, tp = cm.model, cm.hardware, cm.tp
-        where = f"{prefix}cost_model."
-    elif isinstance(cm, RooflineCostConfig | ProfiledCostConfig):
-        model, hardware, tp = cm.model, cm.hardware, cm.tp
-        dtypes = (cm.weight_dtype, cm.kv_dtype)
-        where = f"{prefix}cost_model."  # the scenario names the presets
-    elif isinstance(cm, FittedCostConfig):
-        # a fitted preset names the model and GPUs it was fitted on
-        preset = in_field(f"{prefix}cost_model.path", load_preset, cm.path)
-        model, hardware, tp = preset.model, preset.hardware, preset.tp
-        where = f"{prefix}cost_model.path: {cm.path}: "
-    else:
+    gpus = named_gpus(cm, prefix)
+    # the cost config's weight/KV dtype keys (roofline, profiled) size weights and KV
+    dtypes = (getattr(cm, "weight_dtype", None), getattr(cm, "kv_dtype", None))
+    if gpus is None:
         raise InputError(
-            f"{prefix}scheduler.num_blocks: required with a linear cost model (roofline, fitted "
-            "and profiled models derive it from GPU memory)"
+            f"{prefix}scheduler.num_blocks: required with a cost model that names no model "
+            "and GPUs, such as a linear one (roofline, fitted and profiled models derive it "
+            "from GPU memory)"
         )
     return derive_num_blocks(
-        in_field(f"{where}model", lambda m: load_model(m, *dtypes), model),
-        in_field(f"{where}hardware", load_hardware, hardware),
-        tp,
+        in_field(f"{gpus.where}model", lambda m: load_model(m, *dtypes), gpus.model),
+        in_field(f"{gpus.where}hardware", load_hardware, gpus.hardware),
+        gpus.tp,
         sched.block_size,
         sched.gpu_memory_utilization,
         max_num_batched_tokens=sched.max_num_batched_tokens,
@@ -86,7 +70,7 @@ def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioC
     else:
         cfg = load_scenario(scenario)
     if cfg.cluster is not None:
-        from simulator.cluster.resolve import resolve_cluster
+        from simulator.cluster_scenario import resolve_cluster
 
         cfg = cfg.model_copy(update={"cluster": resolve_cluster(cfg, num_blocks_for)})
     if cfg.scheduler.num_blocks is None:
@@ -135,7 +119,7 @@ def run(
     started = time.perf_counter()
     with _progress_bar(len(workload), cfg.name, progress) as tick:
         if cfg.cluster is not None:
-            from simulator.cluster.resolve import build_cluster
+            from simulator.cluster_scenario import build_cluster
 
             cluster = build_cluster(cfg, workload, slo, tick, fast_decode, steps)
             return _finish(cluster.run(), cfg, workload, started)

@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Hashable
 
-from simulator.scheduling.kv_cache_manager import KVCacheManager
-from simulator.scheduling.spec import Sequence, SequenceStatus, SpecScheduler
-from simulator.scheduling.vllm_v1 import VllmV1Scheduler
+from simulator.scheduling import Sequence, SequenceStatus, StepScheduler
+from simulator.scheduling.kv_manager import KVManager
 
-AnyScheduler = SpecScheduler | VllmV1Scheduler
+AnyScheduler = StepScheduler
 
 
 def base_sampler(bases: dict[Hashable, int]) -> Callable[[Sequence], int]:
@@ -33,15 +32,15 @@ def check_invariants(
     # I1: blocks are accounted for exactly and never over-allocated (with a prefix cache a
     # block may be shared, so the sum over sequences is an upper bound there).
     held = sum(s.num_blocks for s in sched.running)
-    if isinstance(sched.blocks, KVCacheManager):
+    if sched.blocks.caching:
         assert sched.blocks_used <= held
     else:
         assert sched.blocks_used == held
     assert 0 <= sched.blocks_used <= sched.num_blocks
     for s in sched.waiting:
-        assert s.num_blocks == 0 and s.num_computed == 0 and not s.block_ids
+        assert s.num_blocks == 0 and s.num_computed == 0 and not sched.blocks.block_ids(s)
     for s in sched.finished:
-        assert s.num_blocks == 0 and not s.block_ids
+        assert s.num_blocks == 0 and not sched.blocks.block_ids(s)
     if not len(sched.waiting) and not sched.running:
         assert sched.blocks_used == 0
     # I2: the plan stays within budget and never schedules nothing.
@@ -77,18 +76,18 @@ def check_invariants(
     for status, ids in places.items():
         for i in ids:
             assert next(s for s in all_seqs if s.seq_id == i).status is status
-    if isinstance(sched.blocks, KVCacheManager):
+    if sched.blocks.caching:
         check_block_invariants(sched.blocks, sched.running)
 
 
-def check_block_invariants(blocks: KVCacheManager, running: list[Sequence]) -> None:
+def check_block_invariants(blocks: KVManager, running: list[Sequence]) -> None:
     """The block manager's own invariants: reference counts never negative and equal to the
     holders; free + referenced = total; the hash map lists each cached block once, under its
     own hash; every running sequence's blocks referenced, its first ``num_cached_blocks``
     cached."""
     pool = blocks.pool
     assert min(pool.ref_cnt) >= 0
-    holders = Counter(b for s in running for b in s.block_ids)
+    holders = Counter(b for s in running for b in blocks.block_ids(s))
     assert all(pool.ref_cnt[b] == holders.get(b, 0) for b in range(pool.num_blocks))
     free_cached = list(pool.free_cached())
     free = set(pool.free_blank) | set(free_cached)
@@ -106,8 +105,9 @@ def check_block_invariants(blocks: KVCacheManager, running: list[Sequence]) -> N
         assert all(pool.block_hash[d] == h for d in pool.dupes.get(h, []))
     assert all(pool.dupes.values())  # no empty duplicate lists left behind
     for s in running:
-        assert s.num_blocks == len(s.block_ids) and len(set(s.block_ids)) == len(s.block_ids)
-        for j, b in enumerate(s.block_ids[: s.num_cached_blocks]):
+        ids = blocks.block_ids(s)
+        assert s.num_blocks == len(ids) and len(set(ids)) == len(ids)
+        for j, b in enumerate(ids[: blocks.num_cached_blocks(s)]):
             assert pool.block_hash[b] == s.block_hashes[j]
 
 

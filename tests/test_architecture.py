@@ -101,6 +101,32 @@ def test_no_import_cycle_even_inside_functions() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def room_of(name: str) -> str:
+    """The room a module is in: its subpackage of ``simulator`` (``simulator.cost`` for
+    ``simulator.cost.calibration.shape``), or itself for a top-level module."""
+    parts = name.split(".")
+    top = ".".join(parts[:2])
+    return top if len(parts) > 1 and top in _packages() else name
+
+
+def test_no_cycle_between_rooms_type_checking_included() -> None:
+    """No two rooms lean on each other, not even through an import made only for the type
+    checker or inside a function: each room can be read, and moved, before those it uses."""
+    graph: dict[str, set[str]] = {}
+    for name in modules():
+        for dep, _ in import_edges(name):
+            if room_of(dep) != room_of(name):
+                graph.setdefault(room_of(name), set()).add(room_of(dep))
+    cycle = find_cycle(graph)
+    assert cycle is None, "rooms import each other: " + " -> ".join(cycle or [])
+
+
+def test_room_of_names_the_subpackage() -> None:
+    assert room_of("simulator.cost.calibration.shape") == "simulator.cost"
+    assert room_of("simulator.cost") == "simulator.cost"
+    assert room_of("simulator.runner") == "simulator.runner"
+
+
 def test_find_cycle_reports_the_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None

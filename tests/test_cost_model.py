@@ -288,6 +288,8 @@ def test_time_from_sums_is_step_time_to_the_last_bit(
     assert model.times_from_sums
     batch = Batch([n for n, _ in rows], [c for _, c in rows])
     sums = StepSums.of(batch)
-    assert model.time_from_sums(*sums) == model.step_time(batch)
+    assert model.time_sums(sums) == model.step_time(batch)
     decodes = Batch([1] * len(rows), [c for _, c in rows])
-    assert model.decode_time(len(rows), sum(c for _, c in rows)) == model.step_time(decodes)
+    assert model.time_sums(StepSums.decode(len(rows), sum(c for _, c in rows))) == model.step_time(
+        decodes
+    )

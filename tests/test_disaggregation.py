@@ -15,8 +15,8 @@ import simulator.runner
 from simulator.cli import main
 from simulator.cluster.kv_link import KVLink
 from simulator.engine.tokens import sample, sample_many, token_for
+from simulator.scheduling import StepScheduler
 from simulator.scheduling.sequence import Sequence
-from simulator.scheduling.spec import SpecScheduler
 from tests.test_engine import scenario
 
 BYTES_PER_TOKEN = 131_072  # Llama-3-8B in bf16: 2 x 32 layers x 8 KV heads x 128 x 2 bytes
@@ -44,7 +44,7 @@ def disaggregated(
 
 
 def test_a_prefilled_sequence_needs_blocks_for_its_kv_and_then_decodes() -> None:
-    sched = SpecScheduler(8, 16, 4, 64, sample, sample_many=sample_many)
+    sched = StepScheduler(8, 16, 4, 64, sample, sample_many=sample_many)
     hog = Sequence(1, 60, 3)  # 4 blocks once it holds 61 tokens
     sched.add(hog)
     sched.schedule()
@@ -66,7 +66,7 @@ def test_a_prefilled_sequence_needs_blocks_for_its_kv_and_then_decodes() -> None
 
 
 def test_only_prefilled_sequences_go_through_add_prefilled() -> None:
-    sched = SpecScheduler(8, 16, 4, 64, sample)
+    sched = StepScheduler(8, 16, 4, 64, sample)
     with pytest.raises(ValueError, match="not prefilled"):
         sched.add_prefilled(Sequence(0, 10, 4))
     with pytest.raises(ValueError, match="not new"):
@@ -205,6 +205,6 @@ def test_decode_replicas_under_vllm_v1_or_prefix_caching_are_refused_in_one_line
     assert len(err.splitlines()) == 1
     assert "scheduler: decode replicas take KV computed elsewhere" in err
     with pytest.raises(ValueError, match="prefix caching off"):
-        SpecScheduler(8, 16, 4, 64, sample, enable_prefix_caching=True).add_prefilled(
+        StepScheduler(8, 16, 4, 64, sample, enable_prefix_caching=True).add_prefilled(
             Sequence(0, 10, 4, output=[5])
         )

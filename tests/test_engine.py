@@ -334,7 +334,7 @@ def test_without_preemption_no_step_walks_the_batch(
     """With KV for everybody, every step, arrivals and prefills included, is a fast step or
     part of a stretch of pure decodes: ``schedule()`` (which walks every running sequence)
     never runs, and the tables are those of the plain path."""
-    from simulator.scheduling import SpecScheduler, VllmV1Scheduler
+    from simulator.scheduling import StepScheduler
 
     cfg = dict(BLIS, name="t", seed=3, scheduler=sched)
     slow = simulator.runner.run(cfg, fast_decode=False)
@@ -344,7 +344,7 @@ def test_without_preemption_no_step_walks_the_batch(
         ("fast", "fast_step"),
         ("stretch", "take_decodes"),
     ):
-        for cls in (SpecScheduler, VllmV1Scheduler):
+        for cls in (StepScheduler,):
             original = getattr(cls, name)
 
             def counted(self: Any, *a: Any, _f: Any = original, _k: str = kind) -> Any:
@@ -368,7 +368,7 @@ def test_token_counts_are_checked_per_request_and_per_run(
     """The engine keeps no tokens, but two independent counts: each sequence's own (checked
     when it finishes) and the tokens each step reports sampling (checked for the run)."""
     from simulator.scheduling.decode_run import DecodeRun
-    from simulator.scheduling.fast_step import FastSteps
+    from simulator.scheduling.step_scheduler import StepScheduler
 
     cfg = dict(BLIS, name="t", workload=dict(BLIS["workload"], num_requests=30))
     ok = simulator.runner.run(cfg)
@@ -387,16 +387,16 @@ def test_token_counts_are_checked_per_request_and_per_run(
     with pytest.raises(RuntimeError, match="request 7 finished with 257 tokens, expected 256"):
         simulator.runner.run(cfg)
     monkeypatch.undo()
-    apply = FastSteps._apply
+    apply = StepScheduler._apply
 
-    def skips_one(self: FastSteps, plan: Any) -> Any:
+    def skips_one(self: StepScheduler, plan: Any) -> Any:
         done = apply(self, plan)
         for seq in plan.sampled:  # request 7's first sample counts as two tokens
             if seq.seq_id == 7 and seq.num_output == 1:
                 seq.num_tokens += 1
         return done
 
-    monkeypatch.setattr(FastSteps, "_apply", skips_one)
+    monkeypatch.setattr(StepScheduler, "_apply", skips_one)
     with pytest.raises(RuntimeError, match="sampled 7679 tokens, expected 7680"):
         simulator.runner.run(cfg)
 
@@ -405,7 +405,7 @@ def test_plan_sums_are_those_of_the_whole_batch() -> None:
     """A fast step's sums, from its group's two numbers and its other sequences, are the
     sums of the batch it stands for, whatever the group members' own contexts."""
     from simulator.cost.batch import Batch, StepSums
-    from simulator.engine.server import plan_sums
+    from simulator.engine.fast_window import plan_sums
     from simulator.scheduling.interface import StepPlan
     from simulator.scheduling.sequence import Sequence
 

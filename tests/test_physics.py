@@ -51,10 +51,10 @@ def random_batches(seed: int, count: int) -> list[Batch]:
 def test_fast_path_is_exactly_step_time(tp: int) -> None:
     model = physics(tp=tp, hardware="rtx-pro-6000")
     for batch in random_batches(tp, 300):
-        assert model.time_from_sums(*StepSums.of(batch)) == model.step_time(batch)
+        assert model.time_sums(StepSums.of(batch)) == model.step_time(batch)
     for n, c in [(1, 0), (7, 900), (256, 300_000)]:
         decode = Batch.uniform(n, 1, c // n)
-        assert model.decode_time(n, n * (c // n)) == model.step_time(decode)
+        assert model.time_sums(StepSums.decode(n, n * (c // n))) == model.step_time(decode)
 
 
 def test_scalar_attention_matches_the_fitted_term() -> None:
@@ -90,8 +90,9 @@ def test_scalar_attention_matches_the_fitted_term() -> None:
 
 def test_steps_grow_with_work() -> None:
     model = physics()
-    assert model.decode_time(64, 64 * 1000) < model.decode_time(64, 64 * 2000)
-    assert model.decode_time(32, 32 * 1000) < model.decode_time(64, 64 * 1000)
+    decode = model.time_sums
+    assert decode(StepSums.decode(64, 64 * 1000)) < decode(StepSums.decode(64, 64 * 2000))
+    assert decode(StepSums.decode(32, 32 * 1000)) < decode(StepSums.decode(64, 64 * 1000))
     assert model.step_time(Batch((512,), (0,))) < model.step_time(Batch((1024,), (0,)))
     assert model.step_time(Batch((512,), (0,))) < model.step_time(Batch((512,), (4096,)))
 

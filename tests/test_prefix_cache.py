@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from simulator.scheduling.block_hash import extend_hashes, output_segment
 from simulator.scheduling.block_pool import BlockPool
-from simulator.scheduling.kv_cache_manager import KVCacheManager
+from simulator.scheduling.kv_manager import KVManager
 from simulator.scheduling.sequence import Sequence
 
 
@@ -101,7 +101,7 @@ def test_duplicate_content_serves_the_earliest_and_survives_one_eviction() -> No
 
 
 def test_hit_stops_before_the_last_token_and_a_preempted_sequence_rehits_its_outputs() -> None:
-    kv = KVCacheManager(10, 4)
+    kv = KVManager(10, 4, caching=True)
     runs = ((1, 8),)
     a = Sequence("a", 8, 10, prompt_runs=runs)
     assert kv.admit(a, 8, kv.lookup(a))
@@ -109,7 +109,7 @@ def test_hit_stops_before_the_last_token_and_a_preempted_sequence_rehits_its_out
     assert len(kv.lookup(b)) == 1  # 8 tokens: at most 7 from the cache, in whole blocks
     # a decodes 5 tokens (13 known, 12 computed: 3 full blocks), then is preempted
     a.output, a.num_tokens = [0] * 5, 13
-    assert kv.grow(a, 12) and a.num_cached_blocks == 3
+    assert kv.grow(a, 12) and kv.num_cached_blocks(a) == 3
     kv.free(a)
     hits = kv.lookup(a)
     assert len(hits) == 3  # its prompt blocks and the block of its own outputs

@@ -68,7 +68,7 @@ def test_decode_step_at_profiled_points_is_the_sum_of_its_operators() -> None:
     want = (32 * layer + once) * 1e-6
     model = profiled()
     assert model.step_time(Batch.uniform(n, 1, kv)) == pytest.approx(want, rel=1e-12)
-    assert model.decode_time(n, n * kv) == model.step_time(Batch.uniform(n, 1, kv))
+    assert model.time_sums(StepSums.decode(n, n * kv)) == model.step_time(Batch.uniform(n, 1, kv))
 
 
 def test_mixed_step_sums_prefill_chunks_and_mean_decode_context() -> None:
@@ -101,7 +101,7 @@ def test_between_profiled_points_is_linear() -> None:
 def test_decode_time_equals_step_time_of_any_decode_batch(contexts: list[int]) -> None:
     model = MODEL_4090
     batch = Batch([1] * len(contexts), contexts)
-    assert model.decode_time(len(contexts), sum(contexts)) == model.step_time(batch)
+    assert model.time_sums(StepSums.decode(len(contexts), sum(contexts))) == model.step_time(batch)
 
 
 MODEL_4090 = profiled()
@@ -126,7 +126,7 @@ def test_time_from_sums_equals_step_time_of_any_batch(
     model = {"4090": MODEL_4090, "vidur": MODEL_VIDUR, "pro6000": MODEL_PRO6000}[name]
     batch = Batch([n for n, _ in steps], [c for _, c in steps])
     assert model.times_from_sums
-    assert model.time_from_sums(*StepSums.of(batch)) == model.step_time(batch)
+    assert model.time_sums(StepSums.of(batch)) == model.step_time(batch)
 
 
 # ---- extrapolation -------------------------------------------------------------------------
@@ -187,7 +187,7 @@ def test_a_bundle_without_attention_prices_it_by_the_roofline(bundle: Path) -> N
         model.step_time(Batch.uniform(8, 1, 9000)),
     )
     assert long_ > short > 0
-    assert model.decode_time(8, 800) == model.step_time(Batch.uniform(8, 1, 100))
+    assert model.time_sums(StepSums.decode(8, 800)) == model.step_time(Batch.uniform(8, 1, 100))
 
 
 def test_skew_correction_slows_mixed_contexts_and_turns_off_the_fast_path() -> None:

@@ -13,11 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from simulator.scheduling import Sequence, SequenceStatus, StepScheduler
 from simulator.scheduling.interface import DecodeStretch
-from simulator.scheduling.kv_cache_manager import KVCacheManager
 from simulator.scheduling.sequence import PromptRuns
-from simulator.scheduling.spec import Sequence, SequenceStatus, SpecScheduler
-from simulator.scheduling.vllm_v1 import VllmV1Scheduler
 from tests.scheduler_helpers import AnyScheduler, step
 
 EOS = -1
@@ -58,7 +56,7 @@ class Policy:
         sample_many: Callable[[Sequence, int], list[int]] | None = None,
     ) -> AnyScheduler:
         if self.name == "spec":
-            return SpecScheduler(
+            return StepScheduler(
                 num_blocks,
                 block_size,
                 max_seqs,
@@ -68,7 +66,7 @@ class Policy:
                 sample_many=sample_many,
                 enable_prefix_caching=self.caching,
             )
-        return VllmV1Scheduler(
+        return StepScheduler.vllm_v1(
             num_blocks,
             block_size,
             max_seqs,
@@ -369,7 +367,7 @@ def test_vllm_v1_equals_spec_where_their_rules_coincide(
 
 
 def test_decode_steps_are_deferred_and_settled_exactly() -> None:
-    sched = SpecScheduler(
+    sched = StepScheduler(
         100,
         4,
         8,
@@ -404,19 +402,19 @@ def test_decode_steps_are_deferred_and_settled_exactly() -> None:
     assert sched.running[0].output == [0, 1, 2, 3]
     sched.update()
     # EOS can only be seen by sampling, so a scheduler with one never defers
-    eos = SpecScheduler(100, 4, 8, 64, lambda s: 0, 7, sample_many=lambda s, k: [0] * k)
+    eos = StepScheduler(100, 4, 8, 64, lambda s: 0, 7, sample_many=lambda s, k: [0] * k)
     eos.add(Sequence("x", 5, 10))
     eos.schedule()
     eos.update()
     assert eos.fast_step() is None
     with pytest.raises(ValueError, match="sample_fn"):
-        SpecScheduler(100, 4, 8, 64, None, 7)
+        StepScheduler(100, 4, 8, 64, None, 7)
 
 
 def test_a_fast_step_admits_and_prefills_beside_the_group() -> None:
     """Arrivals are admitted, and prefills go on, in a fast step; a sequence that samples
     joins the group behind it; no tokens are kept without a sampler, only counted."""
-    sched = SpecScheduler(100, 4, 8, 12)
+    sched = StepScheduler(100, 4, 8, 12)
     for i in range(2):
         sched.add(Sequence(i, 3, 5))
     plan = sched.fast_step()  # nobody runs: both are admitted, prompts whole
@@ -439,7 +437,7 @@ def test_a_fast_step_admits_and_prefills_beside_the_group() -> None:
 def test_deferred_steps_cache_the_blocks_they_fill() -> None:
     """With prefix caching, deferred steps hash each block the moment a decode fills it: a
     preempted-then-resumed sequence would hit them, and a waiting one sees them."""
-    sched = VllmV1Scheduler(
+    sched = StepScheduler.vllm_v1(
         100, 4, 8, 64, lambda s: len(s.output), sample_many=lambda s, k: [0] * k
     )
     seq = Sequence(0, 6, 20)
@@ -453,12 +451,12 @@ def test_deferred_steps_cache_the_blocks_they_fill() -> None:
         sched.finish_fast_step()
         return plan.num_deferred, plan.deferred_context
 
-    assert isinstance(sched.blocks, KVCacheManager) and seq.num_cached_blocks == 1
+    assert sched.blocks.caching and sched.blocks.num_cached_blocks(seq) == 1
     assert fast() == (1, 6)  # computes token 7 of 8: nothing new is full
-    assert seq.num_cached_blocks == 1
+    assert sched.blocks.num_cached_blocks(seq) == 1
     assert fast() == (1, 7)  # token 8 fills block 1: cached at once
-    assert seq.num_cached_blocks == 2 and sched.blocks.pool.cached[seq.block_hashes[1]] in (
-        seq.block_ids
-    )
+    assert sched.blocks.num_cached_blocks(seq) == 2 and sched.blocks.pool.cached[
+        seq.block_hashes[1]
+    ] in (sched.blocks.block_ids(seq))
     assert fast() == (1, 8)  # token 9 needs block 2: taken at once
     assert seq.num_blocks == 3 and sched.blocks_used == 3

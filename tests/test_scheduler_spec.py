@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.scheduling.spec import Sequence, SequenceStatus, SpecScheduler
+from simulator.scheduling import Sequence, SequenceStatus, StepScheduler
 from tests.scheduler_helpers import base_sampler, step
 
 AMPLE = 10_000
@@ -19,11 +19,11 @@ def make(
     budget: int = AMPLE,
     eos: int | None = None,
     bases: dict[str, int] | None = None,
-) -> tuple[SpecScheduler, list[Sequence]]:
+) -> tuple[StepScheduler, list[Sequence]]:
     """A scheduler with the spec's sampler (bases 100, 200, 300, ...) and sequences added."""
     seqs = [Sequence(name, p, m) for name, p, m in specs]
     bases = bases or {s.seq_id: 100 * (i + 1) for i, s in enumerate(seqs)}
-    sched = SpecScheduler(num_blocks, block_size, max_num_seqs, budget, base_sampler(bases), eos)
+    sched = StepScheduler(num_blocks, block_size, max_num_seqs, budget, base_sampler(bases), eos)
     for s in seqs:
         sched.add(s)
     return sched, seqs
@@ -177,7 +177,7 @@ def test_constructor_rejects_non_positive_sizes(kwargs: dict[str, int], name: st
     args = {"num_blocks": 4, "block_size": 4, "max_num_seqs": 4, "max_num_batched_tokens": 4}
     args.update(kwargs)
     with pytest.raises(ValueError, match=name):
-        SpecScheduler(**args, sample_fn=lambda s: 0)
+        StepScheduler(**args, sample_fn=lambda s: 0)
 
 
 @pytest.mark.parametrize(
@@ -189,7 +189,7 @@ def test_sequence_rejects_non_positive_lengths(prompt: int, max_tokens: int, nam
 
 
 def test_never_fitting_sequence_is_rejected_with_numbers() -> None:
-    sched = SpecScheduler(2, 4, 4, 64, sample_fn=lambda s: 0)
+    sched = StepScheduler(2, 4, 4, 64, sample_fn=lambda s: 0)
     sched.add(Sequence("fits", 4, 5))  # 4 + 5 - 1 = 8 tokens = 2 blocks: fits exactly
     with pytest.raises(
         ValueError, match=r"'big'.*3 KV blocks for 9 tokens \(prompt 4 \+ output 6 - 1\)"
@@ -199,7 +199,7 @@ def test_never_fitting_sequence_is_rejected_with_numbers() -> None:
 
 
 def test_adding_the_same_sequence_twice_is_an_error() -> None:
-    sched = SpecScheduler(8, 4, 4, 64, sample_fn=lambda s: 0)
+    sched = StepScheduler(8, 4, 4, 64, sample_fn=lambda s: 0)
     sched.add(Sequence(1, 4, 2))
     with pytest.raises(ValueError, match="already added"):
         sched.add(Sequence(1, 3, 2))

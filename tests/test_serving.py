@@ -127,4 +127,4 @@ def test_step_cpu_time_from_sums_equals_step_time(overlap: bool) -> None:
         n = rng.integers(1, 80)
         new = np.where(rng.random(n) < 0.8, 1, rng.integers(2, 900, n)).tolist()
         batch = Batch(new, rng.integers(0, 8000, n).tolist())
-        assert model.time_from_sums(*StepSums.of(batch)) == model.step_time(batch)
+        assert model.time_sums(StepSums.of(batch)) == model.step_time(batch)

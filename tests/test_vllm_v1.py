@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
-from simulator.scheduling.replay import check_cases, replay
-from simulator.scheduling.replay_cases import read_cases
+from simulator.scheduling import StepScheduler
 from simulator.scheduling.sequence import Sequence
-from simulator.scheduling.spec import SpecScheduler
-from simulator.scheduling.vllm_v1 import VllmV1Scheduler
+from simulator.validation.scheduler_cases import read_cases
+from simulator.validation.scheduler_replay import check_cases, replay
 
 CASES = Path(__file__).parent / "data" / "vllm_v1_scheduler" / "cases.jsonl"
 
@@ -32,6 +31,27 @@ def test_every_recorded_case_replays_step_for_step(cases) -> None:  # type: igno
     assert [d.describe() for d in report.divergences] == []
 
 
+def test_every_recorded_case_replays_through_the_fast_path(  # type: ignore[no-untyped-def]
+    cases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast path takes every step it can of the cases without EOS (which only sampling
+    can reveal), and the steps are the recorded ones; the spec policy's count is its own."""
+    taken = {"fast": 0}
+    fast_step = StepScheduler.fast_step
+
+    def counted(self: StepScheduler) -> object:
+        plan = fast_step(self)
+        taken["fast"] += plan is not None
+        return plan
+
+    monkeypatch.setattr(StepScheduler, "fast_step", counted)
+    report = check_cases(cases, "vllm-v1", fast=True)
+    assert report.num_cases == 1800
+    assert [d.describe() for d in report.divergences] == []
+    assert taken["fast"] > 10_000
+    assert check_cases(cases, "spec", fast=True).num_matching == 1326
+
+
 def test_spec_policy_differs_where_vllm_does(cases) -> None:  # type: ignore[no-untyped-def]
     """The spec policy is not vLLM: it matches 1,326 of the 1,800 cases (87% of group A and
     90% of group B, as the recorder measured on the spec of commit b49a3ca); a change to the
@@ -42,16 +62,16 @@ def test_spec_policy_differs_where_vllm_does(cases) -> None:  # type: ignore[no-
     assert [300 - per_group[g] for g in range(6)] == [262, 269, 245, 278, 155, 117]
 
 
-def sched(**kw: object) -> VllmV1Scheduler:
+def sched(**kw: object) -> StepScheduler:
     args = {"num_blocks": 3, "block_size": 2, "max_num_seqs": 8, "max_num_batched_tokens": 64}
     args.update(kw)  # type: ignore[arg-type]
-    return VllmV1Scheduler(sample_fn=lambda s: 100 + len(s.output), **args)  # type: ignore[arg-type]
+    return StepScheduler.vllm_v1(sample_fn=lambda s: 100 + len(s.output), **args)  # type: ignore[arg-type]
 
 
 def test_no_admission_in_a_step_that_preempted() -> None:
     # a2 has to preempt itself in step 2; with a budget of 3 its recompute chunk (2 tokens,
     # 1 block) fits again at once, and the spec re-admits it in the same step: vLLM does not
-    def plans(s: SpecScheduler | VllmV1Scheduler) -> list[dict[Hashable, int]]:
+    def plans(s: StepScheduler) -> list[dict[Hashable, int]]:
         for q in (Sequence("a1", 1, 2), Sequence("a2", 2, 2)):
             s.add(q)
         out = []
@@ -60,7 +80,7 @@ def test_no_admission_in_a_step_that_preempted() -> None:
             s.update()
         return out
 
-    spec = SpecScheduler(2, 2, 8, 3, lambda q: 100 + len(q.output))
+    spec = StepScheduler(2, 2, 8, 3, lambda q: 100 + len(q.output))
     vllm = sched(
         num_blocks=2, max_num_batched_tokens=3, reserve_full_isl=False, enable_prefix_caching=False
     )
@@ -112,7 +132,7 @@ def test_a_prefix_hit_leaves_the_last_token_and_shares_blocks() -> None:
     plan = s.schedule()
     # b hits a's blocks cached at a's scheduling: 3 of its 4 blocks (not the last token's)
     assert plan.num_scheduled_tokens == {"a": 8, "b": 2} and plan.cached_tokens == [0, 6]
-    assert b.block_ids[:3] == a.block_ids[:3] and s.blocks_used == 5
+    assert s.blocks.block_ids(b)[:3] == s.blocks.block_ids(a)[:3] and s.blocks_used == 5
 
 
 def test_check_scheduler_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     # what run would fail on before simulating: presets, their fit (tp), and input files
     build_cost_model(cfg.cost_model)
     if cfg.cluster is not None:
-        from simulator.cluster.resolve import check_cluster
+        from simulator.cluster_scenario import check_cluster
 
         check_cluster(cfg)
     check_inputs(cfg.workload)

@@ -37,6 +37,7 @@ from simulator.cluster.router import Request, Router, prefix_keys
 from simulator.cluster.routers import make_router
 from simulator.cluster.tables import ClusterRecords, cluster_result
 from simulator.cost import build_cost_model
+from simulator.engine.clock import sleep_until
 from simulator.engine.result import SimulationResult
 from simulator.engine.server import Server
 from simulator.engine.step_sink import make_sink
@@ -77,6 +78,20 @@ class Cluster:
         self.env = simpy.Environment()
         self.progress = progress
         self.records = ClusterRecords(workload)
+        # the workload's stream is child 0, as in a single-server run
+        streams = np.random.SeedSequence(seed).spawn(3)
+        self.router = make_router(router, np.random.default_rng(streams[1]), affinity_margin)
+        self.decode_router = make_router(router, np.random.default_rng(streams[2]), affinity_margin)
+        self.routing_delay_s = routing_delay_s
+        num_entry = sum(g.count for g in groups if g.role != "decode")
+        self.by_state = self.router.reads_state and num_entry > 1
+        """Route at each routing instant (the router reads state) rather than up front."""
+        num_replicas = sum(g.count for g in groups)
+        self._next_at = [INF] * num_replicas  # per replica: its next request's instant
+        self._next_route = INF  # the next routing instant (routing by state)
+        self._pending: list[list[float]] = [[] for _ in range(num_replicas)]  # KV landings
+        self._transfers = 0  # KV transfers booked and not landed
+        self._prefill_over = False  # every prefill replica has stopped
         self.replicas: list[Replica] = []
         for spec in groups:
             self._add_group(spec, progress, fast_decode, steps)
@@ -87,24 +102,6 @@ class Cluster:
         for r in self.entry:
             groups_of.setdefault(r.group, []).append(r)
         self._entry_groups = list(groups_of.values())
-        # the workload's stream is child 0, as in a single-server run
-        streams = np.random.SeedSequence(seed).spawn(3)
-        self.router = make_router(router, np.random.default_rng(streams[1]), affinity_margin)
-        self.decode_router = make_router(router, np.random.default_rng(streams[2]), affinity_margin)
-        self.routing_delay_s = routing_delay_s
-        self.by_state = self.router.reads_state and len(self.entry) > 1
-        """Route at each routing instant (the router reads state) rather than up front."""
-        self._next_at = [INF] * len(self.replicas)  # per replica: its next request's instant
-        self._next_route = INF  # the next routing instant (routing by state)
-        self._pending: list[list[float]] = [[] for _ in self.replicas]  # KV landings on the way
-        self._transfers = 0  # KV transfers booked and not landed
-        self._prefill_over = False  # every prefill replica has stopped
-        for r in self.replicas:
-            r.server.next_arrival = self._bound(r)
-            if r.role == "prefill":
-                r.server.retire = self._prefill_retire(r)
-            elif self.by_state or self.decode_router.reads_state and r.role == "decode":
-                r.server.retire = self._counting_retire(r)
 
     def _add_group(
         self,
@@ -121,12 +118,18 @@ class Cluster:
             k = len(self.replicas)
             scheduler = make_scheduler(spec.scheduler, sample, sample_many)
             rec = self.records.recorder_for(scheduler.num_blocks, make_sink(steps, None))
+            retire = None
+            if spec.role == "prefill":
+                retire = self._prefill_retire(k)
+            elif self.by_state or self.decode_router.reads_state and spec.role == "decode":
+                retire = self._counting_retire(k)
             server = Server(
                 self.env,
                 scheduler,
                 cost,
                 rec,
-                next_arrival=lambda: INF,
+                next_arrival=self._bound(k, spec.role),
+                retire=retire,
                 progress=progress,
                 # a prefill replica hands each finished prompt on at the clock's instant (its
                 # transfer starts then), so its steps must not run ahead of the clock
@@ -136,12 +139,12 @@ class Cluster:
 
     # -- what bounds a replica's deferred decode steps -------------------------------------
 
-    def _bound(self, r: Replica) -> Callable[[], float]:
-        if r.role == "decode":
-            return lambda: self._decode_bound(r.index)
+    def _bound(self, k: int, role: str) -> Callable[[], float]:
+        if role == "decode":
+            return lambda: self._decode_bound(k)
         if self.by_state:
             return lambda: self._next_route
-        nxt, k = self._next_at, r.index
+        nxt = self._next_at
         return lambda: nxt[k]
 
     def _decode_bound(self, k: int) -> float:
@@ -152,9 +155,9 @@ class Cluster:
         now = self.env.now
         for p in self.entry:
             s = p.server
-            if s.step_end >= now:
-                soonest = s.step_end
-            elif s.scheduler.has_work():
+            if s.busy_until >= now:
+                soonest = s.busy_until
+            elif s.has_work():
                 soonest = now
             else:  # idle: its next prefill ends after its next request comes
                 soonest = self._next_route if self.by_state else self._next_at[p.index]
@@ -163,23 +166,23 @@ class Cluster:
 
     # -- retiring ----------------------------------------------------------------------------
 
-    def _counting_retire(self, r: Replica) -> Callable[[list[Sequence], float], None]:
-        record = r.server.record_finished
-
+    def _counting_retire(self, k: int) -> Callable[[list[Sequence], float], None]:
         def retire(done: list[Sequence], end: float) -> None:
-            record(done, end)
-            r.finished(sum(s.prompt_len for s in done), end)
+            r = self.replicas[k]
+            r.server.record_finished(done, end)
+            r.finished(sum(s.prompt_len for s in done))
 
         return retire
 
-    def _prefill_retire(self, r: Replica) -> Callable[[list[Sequence], float], None]:
+    def _prefill_retire(self, k: int) -> Callable[[list[Sequence], float], None]:
         output_len = self.records.output_len
 
         def retire(done: list[Sequence], end: float) -> None:
+            r = self.replicas[k]
             finished = [s for s in done if output_len[s.seq_id] == 1]  # type: ignore[call-overload]
             if finished:
                 r.server.record_finished(finished, end)
-            r.finished(sum(s.prompt_len for s in done), end)
+            r.finished(sum(s.prompt_len for s in done))
             for seq in done:
                 if output_len[seq.seq_id] > 1:  # type: ignore[call-overload]
                     self._transfers += 1
@@ -194,7 +197,7 @@ class Cluster:
         rec = self.records
         seq = self._sequence(i, rec.output_len[i])
         if self.decode:  # it must fit a decode replica to be worth a prefill
-            reason = self.decode[0].server.scheduler.rejection_reason(seq)
+            reason = self.decode[0].server.rejection_reason(seq)
             if reason is not None:
                 self._reject(i, f"decode replicas: {reason}")
                 return None
@@ -202,11 +205,11 @@ class Cluster:
         fits: list[Replica] = []
         reasons: list[tuple[int, str]] = []
         for group in self._entry_groups:
-            reason = group[0].server.scheduler.rejection_reason(seq)
+            reason = group[0].server.rejection_reason(seq)
             if reason is None:
                 fits.extend(group)
             else:
-                s = group[0].server.scheduler
+                s = group[0].server
                 reasons.append((s.num_blocks * s.block_size, reason))
         if not fits:
             why = max(reasons)[1]
@@ -254,17 +257,16 @@ class Cluster:
         rec, runs = self.records, self.workload.prompt_runs
         prefix: tuple[Hashable, ...] = ()
         if router.uses_prefix and runs is not None:
-            prefix = prefix_keys(runs.runs(i), self.entry[0].server.scheduler.block_size)
+            prefix = prefix_keys(runs.runs(i), self.entry[0].server.block_size)
         return Request(i, rec.arrival_s[i], rec.prompt_len[i], rec.output_len[i], prefix)
 
     def _share(self, r: Replica, items: list[tuple[float, int]]) -> simpy.events.ProcessGenerator:
         """Replica ``r``'s requests, routed up front, as a single server's arrivals."""
         env, nxt, k = self.env, self._next_at, r.index
         for t, i in items:
-            if t > env.now:
-                # the instant simpy will resume us (now + delay): deferred steps stop there
-                nxt[k] = env.now + (t - env.now)
-                yield env.timeout(t - env.now)
+            if t > env.now:  # the instant simpy will resume us: fast windows stop there
+                nxt[k], wake = sleep_until(env, t)
+                yield wake
             self._submit(r, i)
         nxt[k] = INF
         r.server.close()
@@ -286,8 +288,8 @@ class Cluster:
         self._next_route = instants[0] if instants else INF
         for i, t in enumerate(instants):
             if t > env.now:
-                self._next_route = env.now + (t - env.now)
-                yield env.timeout(t - env.now)
+                self._next_route, wake = sleep_until(env, t)
+                yield wake
                 yield env.timeout(0)  # behind the replicas' step boundaries at this instant
             elif i == 0:
                 yield env.timeout(0)
@@ -311,10 +313,10 @@ class Cluster:
         dec.num_incoming += 1
         ready = env.now
         start, end = self.link.book(ready, seq.prompt_len * self.kv_bytes_per_token)
-        landing = ready + (end - ready)  # where simpy's timeout will land
+        landing, wake = sleep_until(env, end)
         self._pending[dec.index].append(landing)
         rec.handoff(i, prefill.index, dec.index, seq.num_preemptions, ready, start, end)
-        yield env.timeout(end - ready)
+        yield wake
         yield env.timeout(0)  # behind the decode replica's step boundaries at this instant
         self._pending[dec.index].remove(landing)
         dec.num_incoming -= 1

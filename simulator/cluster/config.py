@@ -61,8 +61,9 @@ class ClusterConfig(_Model):
     replica groups (a heterogeneous fleet); not with ``disaggregation``."""
     router: str = "round_robin"
     """How a request picks its replica: ``round_robin``, ``random``, ``least_outstanding``,
-    ``least_tokens``, ``least_kv``, ``power_of_two``, ``prefix_affinity`` (or a router
-    registered in ``simulator.cluster.routers.ROUTERS``). Under disaggregation it picks the
+    ``least_tokens``, ``least_kv``, ``power_of_two``, ``prefix_affinity``, or a ``Router``
+    subclass by import path (``module:Class``) or registered in
+    ``simulator.cluster.routers.ROUTERS``. Under disaggregation it picks the
     prefill replica at arrival and the decode replica when the prefill ends."""
     routing_delay_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """Time between a request's arrival and its routing (and hand-over to the replica), ms."""
@@ -86,9 +87,7 @@ class ClusterConfig(_Model):
     def _known_router(cls, value: str) -> str:
         from simulator.cluster.routers import ROUTERS
 
-        if value not in ROUTERS:
-            raise ValueError(f"unknown router {value!r}; known: {', '.join(ROUTERS)}")
-        return value
+        return ROUTERS.validate(value)
 
     @model_validator(mode="after")
     def _one_layout(self) -> ClusterConfig:

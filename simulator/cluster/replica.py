@@ -23,7 +23,6 @@ class Replica:
         """Requests routed here so far."""
         self._work = 0  # prompt + output tokens to sample, of every request routed here
         self._done_prompt = 0  # prompt tokens of the requests finished here
-        self._last_finish = (0.0, 0)  # (end, prompt tokens) of the latest step that retired any
 
     # -- what a router reads ---------------------------------------------------------------
 
@@ -45,12 +44,12 @@ class Replica:
     @property
     def num_blocks(self) -> int:
         """KV blocks in its cache."""
-        return self.server.scheduler.num_blocks
+        return self.server.num_blocks
 
     @property
     def kv_utilization(self) -> float:
         """Share of its KV blocks held."""
-        return self.server.num_blocks_used / self.server.scheduler.num_blocks
+        return self.server.num_blocks_used / self.server.num_blocks
 
     @property
     def num_outstanding(self) -> int:
@@ -61,9 +60,7 @@ class Replica:
     def num_tokens(self) -> int:
         """Tokens of work in flight: prompt plus output still to sample, over the outstanding
         requests."""
-        end, prompt = self._last_finish
-        done = self._done_prompt - prompt if self.server.env.now < end else self._done_prompt
-        return self._work - done - self.server.num_sampled
+        return self._work - self._done_prompt - self.server.num_sampled
 
     # -- bookkeeping by the cluster --------------------------------------------------------
 
@@ -72,8 +69,6 @@ class Replica:
         self.num_routed += 1
         self._work += prompt_len + num_to_sample
 
-    def finished(self, prompt_tokens: int, end: float) -> None:
-        """Requests with ``prompt_tokens`` prompt tokens in all finished at ``end`` here (a
-        deferred step retires them before the clock reaches ``end``)."""
+    def finished(self, prompt_tokens: int) -> None:
+        """Requests with ``prompt_tokens`` prompt tokens in all finished here."""
         self._done_prompt += prompt_tokens
-        self._last_finish = (end, prompt_tokens)

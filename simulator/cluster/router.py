@@ -2,16 +2,15 @@
 
 A router sees, for each candidate replica, only the counters a real load balancer reads
 (``Replica``: requests running, waiting and on their way, tokens of work left, KV blocks
-used), as a step-by-step run shows them at the routing instant. Adding one takes a few lines::
+used), as a step-by-step run shows them at the routing instant. Adding one takes a few lines
+in a module of your own, named by import path in the scenario (``cluster.router:
+mypkg.routers:FewestWaiting``)::
 
     from simulator.cluster.router import Router
-    from simulator.cluster.routers import ROUTERS
 
     class FewestWaiting(Router):
         def choose(self, request, replicas):
             return min(replicas, key=lambda r: (r.num_waiting, r.index))
-
-    ROUTERS["fewest_waiting"] = FewestWaiting   # then cluster.router: fewest_waiting
 """
 
 from __future__ import annotations

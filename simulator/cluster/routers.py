@@ -9,6 +9,7 @@ import numpy as np
 
 from simulator.cluster.replica import Replica
 from simulator.cluster.router import Request, Router
+from simulator.registry import Registry
 
 
 class RoundRobin(Router):
@@ -108,18 +109,23 @@ class PrefixAffinity(Router):
         return pick
 
 
-ROUTERS: dict[str, type[Router]] = {
-    "round_robin": RoundRobin,
-    "random": Random,
-    "least_outstanding": LeastOutstanding,
-    "least_tokens": LeastTokens,
-    "least_kv": LeastKV,
-    "power_of_two": PowerOfTwo,
-    "prefix_affinity": PrefixAffinity,
-}
-"""Router name (``cluster.router``) -> its class; add yours here."""
+ROUTERS: Registry[type[Router]] = Registry(
+    "router",
+    {
+        "round_robin": RoundRobin,
+        "random": Random,
+        "least_outstanding": LeastOutstanding,
+        "least_tokens": LeastTokens,
+        "least_kv": LeastKV,
+        "power_of_two": PowerOfTwo,
+        "prefix_affinity": PrefixAffinity,
+    },
+    check=Router,
+)
+"""Router name (``cluster.router``) -> its class; a scenario may also name a ``Router``
+subclass by import path (``module:Class``)."""
 
 
 def make_router(name: str, rng: np.random.Generator, affinity_margin: int = 0) -> Router:
-    """The router ``name`` with its random stream."""
-    return ROUTERS[name](rng, affinity_margin)
+    """The router ``name`` (registered or ``module:Class``) with its random stream."""
+    return ROUTERS.resolve(name)(rng, affinity_margin)

@@ -73,7 +73,7 @@ class ClusterRecords:
     def reject(self, i: int, reason: str) -> None:
         """Request ``i`` fits no replica."""
         assert self.recorder is not None
-        self.recorder.rejected.append((i, reason))
+        self.recorder.record_rejected(i, reason)
 
     def handoff(
         self,

@@ -1,14 +1,17 @@
 """Cost models: how long one step takes on the GPU(s); their presets and calibration.
 
 Each model is a ``CostModel`` (``interface.py``) in a file of its own, with its scenario
-config; ``build_cost_model`` turns a scenario's ``cost_model:`` into one.
+config; ``COST_MODELS`` says how a config's ``type`` is built (``build_cost_model``), and a
+scenario may name any other model by import path, ``type: module:Class`` (it is built from an
+``ImportedCostConfig``). ``gpus.py`` says which model, GPUs and TP a config names.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from simulator.cost.fitted import FittedCostConfig, load_fitted
 from simulator.cost.interface import CostModel
@@ -20,10 +23,13 @@ from simulator.cost.profiled import ProfiledCostConfig, ProfiledCostModel
 from simulator.cost.profiles import read_profile
 from simulator.cost.roofline import RooflineCostConfig, RooflineCostModel
 from simulator.errors import InputError, in_field
+from simulator.registry import Registry, is_import_path
 
 __all__ = [
+    "COST_MODELS",
     "CostModel",
     "CostModelConfig",
+    "ImportedCostConfig",
     "LinearCostConfig",
     "LinearCostModel",
     "PhysicsCostConfig",
@@ -35,39 +41,84 @@ __all__ = [
     "build_cost_model",
 ]
 
+
+class ImportedCostConfig(BaseModel):
+    """A cost model of your own, named by import path: ``type: mypkg.costs:Flat``; the class
+    (a ``CostModel``) is called with this config."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    type: str
+    """``module:Class`` of the cost model."""
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Whatever the class reads (its own names and units)."""
+
+
+def _tag(value: Any) -> str | None:
+    """The union member a cost-model config is: its ``type``, or ``imported`` for an import
+    path (anything else is refused as an unknown tag)."""
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "imported" if isinstance(kind, str) and is_import_path(kind) else kind
+
+
 CostModelConfig = Annotated[
-    LinearCostConfig
-    | RooflineCostConfig
-    | FittedCostConfig
-    | ProfiledCostConfig
-    | PhysicsCostConfig,
-    Field(discriminator="type"),
+    Annotated[LinearCostConfig, Tag("linear")]
+    | Annotated[RooflineCostConfig, Tag("roofline")]
+    | Annotated[FittedCostConfig, Tag("fitted")]
+    | Annotated[ProfiledCostConfig, Tag("profiled")]
+    | Annotated[PhysicsCostConfig, Tag("physics")]
+    | Annotated[ImportedCostConfig, Tag("imported")],
+    Discriminator(_tag),
 ]
 """Any cost-model config, told apart by its ``type`` field."""
 
 
+def _roofline(cfg: RooflineCostConfig) -> CostModel:
+    model = in_field("cost_model.model", load_model, cfg.model)
+    hardware = in_field("cost_model.hardware", load_hardware, cfg.hardware)
+    return RooflineCostModel(cfg, model, hardware)
+
+
+def _profiled(cfg: ProfiledCostConfig) -> CostModel:
+    model = in_field("cost_model.model", load_model, cfg.model)
+    hardware = in_field("cost_model.hardware", load_hardware, cfg.hardware)
+    profile = in_field(
+        "cost_model.profile", lambda p: read_profile(p, cfg.format, cfg.tp), cfg.profile
+    )
+    return ProfiledCostModel(cfg, model, hardware, profile)
+
+
+def _physics(cfg: PhysicsCostConfig) -> CostModel:
+    return PhysicsCostModel(
+        cfg,
+        in_field("cost_model.model", load_model, cfg.model),
+        in_field("cost_model.hardware", load_hardware, cfg.hardware),
+        in_field("cost_model.params", load_params, cfg.params),
+    )
+
+
+COST_MODELS: Registry[Callable[[Any], CostModel]] = Registry(
+    "cost model",
+    {
+        "linear": LinearCostModel,
+        "roofline": _roofline,
+        "fitted": lambda cfg: in_field("cost_model.path", load_fitted, cfg),
+        "profiled": _profiled,
+        "physics": _physics,
+    },
+)
+"""``cost_model.type`` -> how to build the model from its validated config (a new built-in
+model adds its config to ``CostModelConfig`` and its builder here)."""
+
+
 def build_cost_model(cfg: CostModelConfig) -> CostModel:
     """The cost model a validated config describes (presets are loaded here)."""
-    if isinstance(cfg, LinearCostConfig):
-        return LinearCostModel(cfg)
-    if isinstance(cfg, RooflineCostConfig):
-        model = in_field("cost_model.model", load_model, cfg.model)
-        hardware = in_field("cost_model.hardware", load_hardware, cfg.hardware)
-        return RooflineCostModel(cfg, model, hardware)
-    if isinstance(cfg, FittedCostConfig):
-        return in_field("cost_model.path", load_fitted, cfg)
-    if isinstance(cfg, ProfiledCostConfig):
-        model = in_field("cost_model.model", load_model, cfg.model)
-        hardware = in_field("cost_model.hardware", load_hardware, cfg.hardware)
-        profile = in_field(
-            "cost_model.profile", lambda p: read_profile(p, cfg.format, cfg.tp), cfg.profile
-        )
-        return ProfiledCostModel(cfg, model, hardware, profile)
-    if isinstance(cfg, PhysicsCostConfig):
-        return PhysicsCostModel(
-            cfg,
-            in_field("cost_model.model", load_model, cfg.model),
-            in_field("cost_model.hardware", load_hardware, cfg.hardware),
-            in_field("cost_model.params", load_params, cfg.params),
-        )
-    raise InputError(f"cost_model: unsupported type {type(cfg).__name__}")
+    try:
+        build = COST_MODELS.resolve(cfg.type)
+    except ValueError as err:
+        raise InputError(f"cost_model.type: {err}") from None
+    if isinstance(cfg, ImportedCostConfig) and not (
+        isinstance(build, type) and issubclass(build, CostModel)
+    ):
+        raise InputError(f"cost_model.type: {cfg.type!r} is not a CostModel subclass")
+    return build(cfg)

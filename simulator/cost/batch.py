@@ -41,7 +41,7 @@ class Batch:
 
 class StepSums(NamedTuple):
     """What a step's time can depend on when a cost model times it from sums
-    (``CostModel.time_from_sums``, in this order). Every field is an exact integer, so any
+    (``CostModel.time_sums``). Every field is an exact integer, so any
     order of summing gives the same value."""
 
     num_seqs: int
@@ -56,6 +56,12 @@ class StepSums(NamedTuple):
     """Of ``context``, the tokens of the one-token sequences."""
     pairs: int
     """Causal query-key pairs (``Batch.attention_pairs()``)."""
+
+    @classmethod
+    def decode(cls, num_seqs: int, context: int) -> StepSums:
+        """The sums of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in
+        all (each decode sees its context and itself)."""
+        return cls(num_seqs, num_seqs, num_seqs, context, context, context + num_seqs)
 
     @classmethod
     def of(cls, batch: Batch) -> StepSums:

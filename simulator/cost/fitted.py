@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from simulator.cost.batch import Batch
+from simulator.cost.batch import Batch, StepSums
 from simulator.cost.features import (
     FEATURES,
     Array,
@@ -153,17 +153,10 @@ class FittedCostModel(CostModel):
         """Seconds the step takes (0 for an empty batch)."""
         return self.step_ms(batch) * 1e-3
 
-    def time_from_sums(
-        self,
-        num_seqs: int,
-        num_decodes: int,
-        num_tokens: int,
-        context: int,
-        decode_context: int,
-        pairs: int,
-    ) -> float:
+    def time_sums(self, sums: StepSums) -> float:
         """Seconds of a step with these sums: exactly ``step_time`` of its batch, without
         building it."""
+        num_seqs, num_decodes, num_tokens, context, _, pairs = sums
         feats = step_features(num_seqs, num_decodes, num_tokens, context, pairs, self.scales)
         return float(sum(c * f for c, f in zip(self._coef, feats, strict=True))) * 1e-3
 

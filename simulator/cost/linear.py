@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from simulator.cost.batch import Batch
+from simulator.cost.batch import Batch, StepSums
 from simulator.cost.interface import CostModel
 
 _MS = 1e-3
@@ -55,25 +55,16 @@ class LinearCostModel(CostModel):
 
     def step_time(self, batch: Batch) -> float:
         """Seconds the step takes."""
-        return self._time(sum(batch.new_tokens), len(batch.new_tokens), sum(batch.context_lens))
+        new = batch.new_tokens
+        sums = (len(new), 0, sum(new), sum(batch.context_lens), 0, 0)
+        return self.time_sums(sums)  # type: ignore[arg-type]
 
-    def time_from_sums(
-        self,
-        num_seqs: int,
-        num_decodes: int,
-        num_tokens: int,
-        context: int,
-        decode_context: int,
-        pairs: int,
-    ) -> float:
-        """Seconds of a step with these sums (the same arithmetic as ``step_time``)."""
-        return self._time(num_tokens, num_seqs, context)
-
-    def decode_time(self, num_seqs: int, context: int) -> float:
-        """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in all."""
-        return self._time(num_seqs, num_seqs, context)
-
-    def _time(self, tokens: int, seqs: int, context: int) -> float:
+    def time_sums(self, sums: StepSums) -> float:
+        """Seconds of a step with these sums (``step_time`` goes through here too)."""
+        # one call: the engine times most steps of a run here
         return (
-            self._base + self._per_token * tokens + self._per_seq * seqs + self._per_ctx * context
+            self._base
+            + self._per_token * sums[2]
+            + self._per_seq * sums[0]
+            + self._per_ctx * sums[3]
         )

@@ -5,8 +5,8 @@ bent by a learned efficiency curve whose parameters belong to the serving stack,
 GPU: a GPU nobody measured is priced from its spec sheet (formulas: ``docs/cost_models.md``;
 parameters: ``configs/physics/params.yaml``, refitted by ``servesim learn``).
 
-The core is one function of the step's sums (``PhysicsCostModel.time_of``); ``step_time`` and
-``time_from_sums`` both call it, so the engine's fast path is exact.
+The core is one function of the step's sums (``PhysicsCostModel.time_sums``), which ``step_time``
+calls too, so the engine's fast path is exact.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class PhysicsCostModel(CostModel):
 
     # -- the step ------------------------------------------------------------------------
 
-    def time_of(self, s: StepSums) -> float:
+    def time_sums(self, s: StepSums) -> float:
         """Seconds of a step with these sums: the whole model, in one function (the scalar
         form of ``physics_terms.attention_time`` for attention; tests compare the two)."""
         nd = s.num_decodes
@@ -127,30 +127,10 @@ class PhysicsCostModel(CostModel):
         """Seconds the step takes."""
         if not batch.new_tokens:
             return 0.0
-        return self.time_of(StepSums.of(batch))
-
-    def time_from_sums(
-        self,
-        num_seqs: int,
-        num_decodes: int,
-        num_tokens: int,
-        context: int,
-        decode_context: int,
-        pairs: int,
-    ) -> float:
-        """Seconds of a step with these sums (exactly ``step_time`` of any such batch)."""
-        return self.time_of(
-            StepSums(num_seqs, num_decodes, num_tokens, context, decode_context, pairs)
-        )
-
-    def decode_time(self, num_seqs: int, context: int) -> float:
-        """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens."""
-        return self.time_of(
-            StepSums(num_seqs, num_seqs, num_seqs, context, context, context + num_seqs)
-        )
+        return self.time_sums(StepSums.of(batch))
 
     def allreduce_time(self, num_tokens: int) -> float:
-        """Seconds of a step's tensor-parallel all-reduces (in ``time_of``; 0 at TP 1)."""
+        """Seconds of a step's tensor-parallel all-reduces (in ``time_sums``; 0 at TP 1)."""
         if self.cfg.tp == 1 or num_tokens == 0:
             return 0.0
         return self._comm_fixed + self._comm_per_token * num_tokens

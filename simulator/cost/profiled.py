@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from simulator.cost.batch import Batch
+from simulator.cost.batch import Batch, StepSums
 from simulator.cost.interface import CostModel
 from simulator.cost.presets import Dtype, HardwareSpec, ModelSpec
 from simulator.cost.profiles import Curve, OperatorProfile, ProfileFormat
@@ -191,7 +191,7 @@ class ProfiledCostModel(CostModel):
         if tokens == num_seqs:  # every sequence computes one token: a decode step
             context = sum(ctx)
             if skew is None or num_seqs < 2:
-                return self.decode_time(num_seqs, context)
+                return self._decode_time(num_seqs, context)
             mean = context / num_seqs
             longest = max(ctx)
             t_mean = self._decode_attention(num_seqs, mean, context)
@@ -213,20 +213,12 @@ class ProfiledCostModel(CostModel):
                 attention += self._skewed(pc, kvp, nd, mean, longest, min(decodes), gap)
         return self._token_time(tokens) + attention + self._sequence_time(num_seqs)
 
-    def time_from_sums(
-        self,
-        num_seqs: int,
-        num_decodes: int,
-        num_tokens: int,
-        context: int,
-        decode_context: int,
-        pairs: int,
-    ) -> float:
+    def time_sums(self, sums: StepSums) -> float:
         """``step_time`` of a step with these sums when the skew correction is off (with it
         on, the engine never calls this): the same lookups on the same numbers."""
+        num_seqs, nd, num_tokens, context, decode_context, pairs = sums
         if num_tokens == num_seqs:
-            return self.decode_time(num_seqs, context)
-        nd = num_decodes
+            return self._decode_time(num_seqs, context)
         mean = decode_context / nd if nd else 0.0
         pc = num_tokens - nd
         attention = self._attention(
@@ -234,7 +226,7 @@ class ProfiledCostModel(CostModel):
         )
         return self._token_time(num_tokens) + attention + self._sequence_time(num_seqs)
 
-    def decode_time(self, num_seqs: int, context: int) -> float:
+    def _decode_time(self, num_seqs: int, context: int) -> float:
         """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in all
         (exactly ``step_time`` of any such batch when the skew correction is off: both go
         through here; with it on, the engine never calls this)."""

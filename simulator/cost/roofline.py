@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from simulator.cost.batch import Batch
+from simulator.cost.batch import Batch, StepSums
 from simulator.cost.interface import CostModel
 from simulator.cost.presets import Dtype, HardwareSpec, ModelSpec
 from simulator.errors import InputError
@@ -113,32 +113,19 @@ class RooflineCostModel(CostModel):
         """Seconds the step takes."""
         return self._time(*self._sums(batch))
 
-    def time_from_sums(
-        self,
-        num_seqs: int,
-        num_decodes: int,
-        num_tokens: int,
-        context: int,
-        decode_context: int,
-        pairs: int,
-    ) -> float:
+    def time_sums(self, sums: StepSums) -> float:
         """Seconds of a step with these sums (the same arithmetic as ``step_time``)."""
-        return self._time(num_tokens, context, pairs, decode_context + num_decodes)
-
-    def decode_time(self, num_seqs: int, context: int) -> float:
-        """Seconds of a step decoding ``num_seqs`` sequences with ``context`` KV tokens in all
-        (each sees its context plus itself: ``context + num_seqs`` query-key pairs)."""
-        # ``_time(num_seqs, context, context + num_seqs)`` written out: the engine calls this
-        # for most steps of a run, and a call is a good part of its cost (tests compare both)
+        tokens, ctx, pairs = sums[2], sums[3], sums[5]
         if not self._plain:
-            return self._time(num_seqs, context, context + num_seqs, context + num_seqs)
-        flops = self._mm_flops_per_token * num_seqs + self._attn_flops_per_pair * (
-            context + num_seqs
-        )
-        nbytes = self._weight_bytes + self._kv_bytes_per_token * (context + num_seqs)
+            # each decode sees its context and itself: decode pairs = decode_context + decodes
+            return self._time(tokens, ctx, pairs, sums[4] + sums[1])
+        # ``_time`` written out: the engine times most steps of a run here, and a call is a
+        # good part of its cost (tests compare both)
+        flops = self._mm_flops_per_token * tokens + self._attn_flops_per_pair * pairs
+        nbytes = self._weight_bytes + self._kv_bytes_per_token * (ctx + tokens)
         t_compute, t_memory = flops / self._compute_rate, nbytes / self._memory_rate
         t_roof = t_memory if t_memory > t_compute else t_compute  # max(), without the call
-        return t_roof + self._comm_fixed + self._comm_per_token * num_seqs + self._overhead
+        return t_roof + self._comm_fixed + self._comm_per_token * tokens + self._overhead
 
     def _time(self, tokens: int, ctx: int, pairs: int, decode_pairs: int = 0) -> float:
         flops = self._mm_flops_per_token * tokens + self._attn_flops_per_pair * pairs

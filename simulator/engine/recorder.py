@@ -4,6 +4,9 @@ proportional to requests, not to steps or tokens."""
 
 from __future__ import annotations
 
+from itertools import islice
+from operator import add, sub
+
 import numpy as np
 import pandas as pd
 
@@ -78,11 +81,13 @@ class Recorder:
         durations: list[float],
         blocks_used: list[int],
         num_cached_blocks: int,
+        open_last: bool = False,
     ) -> None:
         """Consecutive steps in which every running sequence decodes one token and nobody
         waits: their starts, durations and blocks used; ``sizes`` lists (first step, number of
         sequences) wherever that number changes. Their tokens are recorded as
-        ``record_decode_step`` would."""
+        ``record_decode_step`` would, but for the last one's with ``open_last`` (it is still
+        in flight: ``record_decode_step`` records them when it ends)."""
         k = len(durations)
         if not k:
             return
@@ -93,9 +98,12 @@ class Recorder:
         for (lo, m), hi in zip(sizes, bounds, strict=True):
             ints = (m, m, 0, m, 0, m, 0, 0, num_cached_blocks)
             self._steps.add_alike(starts[lo:hi], durations[lo:hi], blocks_used[lo:hi], ints)
-            counts.extend([m] * (hi - lo))
-            self.num_tokens += m * (hi - lo)
-        self._run_gaps.extend(durations)
+            n = hi - lo - (open_last and hi == k)
+            counts.extend([m] * n)
+            self.num_tokens += m * n
+        # each token's gap as the plain path takes it: its step's end (a float sum) - start
+        gaps = map(sub, map(add, starts, durations), starts)
+        self._run_gaps.extend(islice(gaps, k - 1) if open_last else gaps)
         if len(self._run_gaps) >= CHUNK_GAPS:
             self._flush_gaps()
 
@@ -152,6 +160,10 @@ class Recorder:
         self._gaps, self._run_gaps, self._run_counts = [], [], []
 
     # -- requests ------------------------------------------------------------------------------
+
+    def record_rejected(self, request: int, reason: str) -> None:
+        """A request that can never be served, and why."""
+        self.rejected.append((request, reason))
 
     def record_finish(
         self, request: int, end: float, num_preemptions: int, num_output: int

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
-
-if TYPE_CHECKING:
-    from simulator.config import ScenarioConfig
+from pydantic import BaseModel
 
 
 @dataclass
@@ -29,7 +27,8 @@ class SimulationResult:
     """Per request, a hash of its output tokens (0 for rejected; `engine/tokens.py`)."""
     replicas: pd.DataFrame | None = None
     """A cluster's per-replica figures, one row per replica (None for a single server)."""
-    scenario: ScenarioConfig | None = None
-    """The resolved scenario that produced this result."""
+    scenario: BaseModel | None = None
+    """The resolved scenario that produced this result (a ``ScenarioConfig``: the engine
+    does not import the scenario, which names the engine's parts)."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Room for run metadata (wall time, version)."""

@@ -10,28 +10,26 @@ Timing rules (also in docs/metrics.md):
   is deterministic; the arrival is then either in that step's ``update()`` window (harmless:
   it is not in the plan) or before the next ``schedule()``: either way the next step sees it.
 - An idle server sleeps on an event that the next submission triggers: no polling, no ticks.
-- Steps the scheduler can plan in O(what changed) (``fast_step()``: its deferred decode group
-  decodes, a few others prefill or are admitted, nobody is preempted) are taken back to back
-  under one simpy timeout until the next arrival could change a decision, and timed from
-  their sums (``CostModel.time_from_sums``) without building their batch. Every step still
-  gets its own row, and the results are identical to stepping through ``schedule()`` and
-  ``update()`` (``fast_decode=False``; the tests compare the two).
+- Steps the scheduler can plan in O(what changed) are taken back to back under one simpy
+  timeout until the next arrival could change a decision (``fast_window.py``), timed from
+  their sums without building their batch. Every step still gets its own row, whoever reads
+  the server sees what a step-by-step run shows at that instant, and the results are
+  identical to stepping through ``schedule()`` and ``update()`` (``fast_decode=False``; the
+  tests compare the two).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Generator
-from itertools import accumulate, islice, repeat
-from operator import mul
 from typing import Any
 
 import simpy
 
 from simulator.cost.batch import Batch
 from simulator.cost.interface import CostModel
+from simulator.engine.fast_window import FastWindow, Retire
 from simulator.engine.recorder import Recorder
-from simulator.scheduling.interface import DecodeStretch, Scheduler, StepPlan
+from simulator.scheduling.interface import Scheduler
 from simulator.scheduling.sequence import Sequence
 
 
@@ -49,80 +47,107 @@ class Server:
         progress: Callable[[int], object] | None = None,
         fast_decode: bool = True,
         on_done: Callable[[int, float], object] | None = None,
+        retire: Retire | None = None,
     ) -> None:
         self.env = env
-        self.scheduler = scheduler
-        self.cost_model = cost_model
+        self._scheduler = scheduler
+        self._cost_model = cost_model
         self.recorder = recorder
-        self.next_arrival = next_arrival
-        """When the next submission can come (the end of a deferred decode window)."""
-        self.progress = progress
-        self.on_done = on_done
-        """Told ``(number, time)`` when requests finish (``time`` may be ahead of the clock:
-        inside a decode window, the end of the step that finished them)."""
-        # Fast steps skip the scheduler's per-sequence loops when the cost model can time
-        # them from sums; the results are identical either way (tests compare both).
-        self.fast_decode = fast_decode and cost_model.times_from_sums
-        self.closed = False
-        """No more submissions will come: the server stops once its work is done."""
-        self.retire: Callable[[list[Sequence], float], None] = self.record_finished
-        """What becomes of the sequences that finished in a step ending at a given time:
-        their finish is recorded (a cluster's prefill replica hands them on instead)."""
-        self.step_end = 0.0
-        """End of the latest step taken (deferred decode steps run ahead of the clock)."""
+        self._progress = progress
+        self._on_done = on_done
+        # What becomes of the sequences that finished in a step ending at a given time: their
+        # finish is recorded (a cluster's prefill replica hands them on instead).
+        self._retire = retire or self.record_finished
+        self._closed = False  # no more submissions: stop once the work is done
         self._wake: simpy.Event | None = None
-        # The last deferred decode step, taken whole before its end: (end, tokens sampled,
-        # sequences retired, blocks freed), undone by the num_* views until the clock gets there.
-        self._deferred = (0.0, 0, 0, 0)
+        self._busy_until = 0.0
+        # Fast windows (when the cost model can time steps from sums; the results are
+        # identical either way, the tests compare both), bounded by ``next_arrival``: when the
+        # next submission can come. ``on_done`` is told ``(number, time)`` when requests
+        # finish (``time`` may be ahead of the clock: inside a window, the end of the step
+        # that finished them).
+        self._window = (
+            FastWindow(
+                env,
+                scheduler,
+                cost_model,
+                recorder,
+                next_arrival,
+                self._retire,
+                cut_at_finish=on_done is not None,
+            )
+            if fast_decode and cost_model.times_from_sums
+            else None
+        )
 
-    # -- state as a step-by-step run shows it at this instant (what a router may read) -------
+    # -- what others may read ------------------------------------------------------------------
 
     @property
     def num_running(self) -> int:
-        """Sequences running now (a deferred step in flight has retired nobody yet)."""
-        end, _, retired, _ = self._deferred
-        n = self.scheduler.num_running
-        return n + retired if self.env.now < end else n
+        """Sequences running now."""
+        return self._scheduler.num_running
 
     @property
     def num_waiting(self) -> int:
         """Sequences waiting for admission now."""
-        return self.scheduler.num_waiting
+        return self._scheduler.num_waiting
 
     @property
     def num_blocks_used(self) -> int:
-        """KV blocks held now (a deferred step in flight has freed none yet)."""
-        end, _, _, freed = self._deferred
-        n = self.scheduler.num_blocks_used
-        return n + freed if self.env.now < end else n
+        """KV blocks held now."""
+        return self._scheduler.num_blocks_used
+
+    @property
+    def num_blocks(self) -> int:
+        """KV blocks in the cache."""
+        return self._scheduler.num_blocks
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV block."""
+        return self._scheduler.block_size
 
     @property
     def num_sampled(self) -> int:
-        """Tokens sampled so far (a deferred step in flight has sampled none yet)."""
-        end, tokens, _, _ = self._deferred
-        n = self.recorder.num_tokens
-        return n - tokens if self.env.now < end else n
+        """Tokens sampled so far."""
+        return self.recorder.num_tokens
+
+    @property
+    def busy_until(self) -> float:
+        """End of the step in flight (or of the last one taken)."""
+        window = self._window
+        return max(self._busy_until, window.end) if window is not None else self._busy_until
+
+    def has_work(self) -> bool:
+        """Whether any request is waiting or running."""
+        return self._scheduler.has_work()
+
+    def rejection_reason(self, seq: Sequence) -> str | None:
+        """Why ``seq`` can never be served here, or None."""
+        return self._scheduler.rejection_reason(seq)
+
+    # -- what others may do ----------------------------------------------------------------
 
     def submit(self, seq: Sequence, prefilled: bool = False) -> bool:
         """Hand a request to the scheduler (waking an idle server); False, recorded with its
         reason, if it can never be served. ``prefilled``: its prompt was computed elsewhere
         and its KV comes with it (``Scheduler.add_prefilled``)."""
-        reason = self.scheduler.rejection_reason(seq)
+        reason = self._scheduler.rejection_reason(seq)
         if reason is not None:
-            self.recorder.rejected.append((seq.seq_id, reason))  # type: ignore[arg-type]
-            if self.progress is not None:
-                self.progress(1)
+            self.recorder.record_rejected(seq.seq_id, reason)  # type: ignore[arg-type]
+            if self._progress is not None:
+                self._progress(1)
             return False
         if prefilled:
-            self.scheduler.add_prefilled(seq)
+            self._scheduler.add_prefilled(seq)
         else:
-            self.scheduler.add(seq)
+            self._scheduler.add(seq)
         self._poke()
         return True
 
     def close(self) -> None:
         """No more submissions: finish the work in hand, then stop."""
-        self.closed = True
+        self._closed = True
         self._poke()
 
     def _poke(self) -> None:
@@ -131,17 +156,17 @@ class Server:
 
     def run(self) -> simpy.events.ProcessGenerator:
         """The server's process: step while there is work, sleep while there is none."""
-        sched = self.scheduler
+        sched, window = self._scheduler, self._window
         while True:
             if not sched.has_work():
-                if self.closed:
+                if self._closed:
                     return
                 self._wake = self.env.event()
                 yield self._wake
                 self._wake = None
                 continue
-            if self.fast_decode:
-                if (yield from self._fast_window()):
+            if window is not None:
+                if (yield from window.run()):
                     continue
                 # the group's last step ended now: its members' last tokens were sampled then
                 self.recorder.end_decode_run(sched.decode_batch_ids(), self.env.now)  # type: ignore[arg-type]
@@ -149,7 +174,7 @@ class Server:
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
         """One step through ``schedule()`` and ``update()``."""
-        env, sched, rec = self.env, self.scheduler, self.recorder
+        env, sched, rec = self.env, self._scheduler, self.recorder
         num_running, num_waiting = sched.num_running, sched.num_waiting
         plan = sched.schedule()
         if not plan.seqs and not plan.preempted:  # a lone head always fits: never spin
@@ -159,184 +184,21 @@ class Server:
             rec.record_admitted(plan, now)
         new_tokens = plan.num_new_tokens
         # vllm-v1 under priority can preempt every sequence it planned: nothing runs, no time
-        duration = self.cost_model.step_time(Batch(new_tokens, plan.context_lens)) if plan else 0.0
+        duration = self._cost_model.step_time(Batch(new_tokens, plan.context_lens)) if plan else 0.0
         num_tokens = sum(new_tokens)
         decodes = new_tokens.count(1)
+        ints = (len(new_tokens), num_tokens, num_tokens - decodes, decodes, sched.num_blocks_used)
         rec.record_step(
             now,
             duration,
-            (
-                len(new_tokens),
-                num_tokens,
-                num_tokens - decodes,
-                decodes,
-                sched.num_blocks_used,
-                num_running,
-                num_waiting,
-                len(plan.preempted),
-                sched.num_cached_blocks,
-            ),
+            (*ints, num_running, num_waiting, len(plan.preempted), sched.num_cached_blocks),
         )
-        self.step_end = now + duration  # where the timeout lands
+        self._busy_until = now + duration  # where the timeout lands
         yield env.timeout(duration)
         done = sched.update()
         rec.record_samples(plan.sampled, env.now)
         if done:
-            self.retire(done, env.now)
-
-    def _fast_window(self) -> Generator[simpy.Event, Any, int]:
-        """Run the steps the scheduler takes on its fast path, back to back, under as few
-        simpy timeouts as exactness allows; return how many steps ran (0: none could).
-
-        Only an arrival can change the scheduler's mind between such steps, so every step
-        that starts before the next arrival joins the window. The window's end must be
-        exactly where step-by-step timeouts would have landed (``start + sum`` in float is not
-        always ``start + (end - start)``): when one would not, the window is cut there. Its
-        last step is still in flight while the window's timeout runs: until the clock gets to
-        its end, the ``num_*`` views undo what that step did early (retire, free, sample)."""
-        env, sched = self.env, self.scheduler
-        steps = 0
-        start = end = env.now
-        retired = (0.0, 0, 0)  # the latest step that retired anybody: end, how many, blocks
-        while end < self.next_arrival() or not steps:
-            stretch = sched.decode_stretch()
-            if stretch is not None:
-                starts, durations, tokens, used = self._time_stretch(stretch, start, end, not steps)
-                k = len(durations)
-                finished = sched.take_decodes(k)
-                for j, seqs in finished:
-                    self.retire(seqs, starts[j] + durations[j])
-                last_start, new_end = starts[-1], starts[-1] + durations[-1]
-                done = finished[-1][1] if finished and finished[-1][0] == k - 1 else []
-            else:
-                last_start = end
-                new_end, done, tokens, used = self._fast_step(end)
-                if new_end < 0:
-                    break
-                k = 1
-                if done:
-                    self.retire(done, new_end)
-            steps += k
-            retired = (new_end, len(done), used - sched.num_blocks_used) if done else retired
-            if start + (new_end - start) != new_end:
-                yield env.timeout(last_start - start)  # lands exactly there, checked before
-                start = last_start
-            end = new_end
-        if steps:
-            self.step_end = end
-            _, num_retired, freed = retired if retired[0] == end else (end, 0, 0)
-            self._deferred = (end, tokens, num_retired, freed)
-            yield env.timeout(end - start)
-        return steps
-
-    def _time_stretch(
-        self, stretch: DecodeStretch, start: float, end: float, first: bool
-    ) -> tuple[list[float], list[float], int, int]:
-        """Time and record the steps of ``stretch`` from ``end`` while they start before the
-        next arrival (the first anyway when ``first``), up to one whose end a timeout from
-        ``start`` would not land on exactly (or, in a closed loop, that finishes requests:
-        their slots may send new ones); return their starts and durations, and the tokens
-        sampled in the last and the blocks used once it was planned."""
-        arrival = self.next_arrival()  # nothing arrives before it while the window runs
-        starts: list[float] = []
-        durations: list[float] = []
-        used_blocks: list[int] = []
-        sizes: list[tuple[int, int]] = []  # (first step, sequences) of each segment
-        last_m = 0
-        for m, contexts, used, finishing in stretch.segments:
-            sizes.append((len(durations), m))
-            n, cut, end = self._time_segment(
-                m, contexts, (start, end, arrival), first, starts, durations
-            )
-            used_blocks.extend(islice(used, n))
-            last_m = m if n else last_m
-            first = False
-            if cut or n < len(contexts) or finishing and self.on_done is not None:
-                break
-        self.recorder.record_decode_steps(
-            sizes, starts, durations, used_blocks, stretch.num_cached_blocks
-        )
-        return starts, durations, last_m, used_blocks[-1]
-
-    def _time_segment(
-        self,
-        m: int,
-        contexts: range,
-        times: tuple[float, float, float],
-        first: bool,
-        starts: list[float],
-        durations: list[float],
-    ) -> tuple[int, bool, float]:
-        """Time the decode steps of ``m`` sequences over ``contexts`` from ``end`` that start
-        before ``arrival`` (the first anyway when ``first``), adding to ``starts`` and
-        ``durations``, a chunk at a time (the cost model called from C, the ends summed in
-        C, in the same order as one by one); stop after a step whose end a timeout from
-        ``start`` would not land on exactly. ``times`` is (start, end, arrival). Return the
-        steps taken, whether that cut them, and the end of the last."""
-        decode_time = self.cost_model.decode_time
-        start, end, arrival = times
-        taken, total = 0, len(contexts)
-        while taken < total:
-            if arrival == float("inf"):
-                chunk = total - taken
-            else:  # about the steps left before the arrival, from the last step's time
-                guess = durations[-1] if durations else decode_time(m, contexts[taken])
-                chunk = min(total - taken, max(int((arrival - end) / guess), 0) + 2)
-            each = list(map(decode_time, repeat(m, chunk), contexts[taken : taken + chunk]))
-            ends = list(accumulate(each, initial=end))
-            k = bisect_left(ends, arrival, 0, chunk)  # steps that start before the arrival
-            if not k and first and not taken:
-                k = 1
-            for i in range(1, k + 1):
-                if start + (ends[i] - start) != ends[i]:
-                    starts += ends[:i]
-                    durations += each[:i]
-                    return taken + i, True, ends[i]
-            starts += ends[:k]
-            durations += each[:k]
-            taken += k
-            end = ends[k]
-            if k < chunk:
-                break
-        return taken, False, end
-
-    def _fast_step(self, start: float) -> tuple[float, list[Sequence], int, int]:
-        """One step planned by ``fast_step()`` from ``start``: its end, who finished, the
-        tokens sampled and the blocks used once it was planned; or (-1, [], 0, 0) if the
-        scheduler could not take it so."""
-        sched, rec = self.scheduler, self.recorder
-        num_running, num_waiting = sched.num_running, sched.num_waiting
-        plan = sched.fast_step()
-        if plan is None:
-            return -1.0, [], 0, 0
-        sums = plan_sums(plan)
-        duration = self.cost_model.time_from_sums(*sums)
-        if plan.num_admitted:
-            rec.record_admitted(plan, start)
-        num_seqs, decodes, num_tokens = sums[0], sums[1], sums[2]
-        used = sched.num_blocks_used
-        rec.record_step(
-            start,
-            duration,
-            (
-                num_seqs,
-                num_tokens,
-                num_tokens - decodes,
-                decodes,
-                used,
-                num_running,
-                num_waiting,
-                0,
-                sched.num_cached_blocks,
-            ),
-        )
-        end = start + duration
-        if plan.num_deferred:
-            rec.record_decode_step(plan.num_deferred, start, end)
-        done = sched.finish_fast_step()
-        if plan.sampled:
-            rec.record_samples(plan.sampled, end)
-        return end, done, plan.num_deferred + len(plan.sampled), used
+            self._retire(done, env.now)
 
     def record_finished(self, done: list[Sequence], end: float) -> None:
         """Record the requests that finished in the step ending at ``end``."""
@@ -348,29 +210,7 @@ class Server:
                     f"tokens, expected {seq.max_tokens} (scheduler bug)"
                 )
             rec.record_finish(seq.seq_id, end, seq.num_preemptions, seq.num_output)  # type: ignore[arg-type]
-        if self.progress is not None:
-            self.progress(len(done))
-        if self.on_done is not None:
-            self.on_done(len(done), end)
-
-
-def plan_sums(plan: StepPlan) -> tuple[int, int, int, int, int, int]:
-    """The ``StepSums`` of a step from its plan: O(1) for its deferred decode group, O(1) for
-    each other sequence."""
-    m, ctx = plan.num_deferred, plan.deferred_context
-    new, context = plan.num_new_tokens, plan.context_lens
-    if not new:
-        return m, m, m, ctx, ctx, ctx + m
-    tokens = sum(new)
-    decode_context = ctx + sum(c for n, c in zip(new, context, strict=True) if n == 1)
-    # each decode of the group sees its context and itself; a chunk of n on c tokens sees
-    # n * c + n (n + 1) / 2 pairs (``Batch.attention_pairs``)
-    pairs = ctx + m + sum(map(mul, new, context)) + (sum(map(mul, new, new)) + tokens) // 2
-    return (
-        m + len(new),
-        m + new.count(1),
-        m + tokens,
-        ctx + sum(context),
-        decode_context,
-        pairs,
-    )
+        if self._progress is not None:
+            self._progress(len(done))
+        if self._on_done is not None:
+            self._on_done(len(done), end)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from simulator.cost.batch import Batch
+from simulator.cost.batch import Batch, StepSums
 from simulator.cost.interface import CostModel
 
 _MS = 1e-3
@@ -61,21 +61,6 @@ class StepWithCpu(CostModel):
         """Seconds the step takes on the server."""
         return self._with_cpu(self.gpu.step_time(batch), len(batch.new_tokens))
 
-    def time_from_sums(
-        self,
-        num_seqs: int,
-        num_decodes: int,
-        num_tokens: int,
-        context: int,
-        decode_context: int,
-        pairs: int,
-    ) -> float:
+    def time_sums(self, sums: StepSums) -> float:
         """``step_time`` of a step, from its sums (when the GPU model allows it)."""
-        gpu = self.gpu.time_from_sums(
-            num_seqs, num_decodes, num_tokens, context, decode_context, pairs
-        )
-        return self._with_cpu(gpu, num_seqs)
-
-    def decode_time(self, num_seqs: int, context: int) -> float:
-        """``step_time`` of a decode step, from its sums (when the GPU model allows it)."""
-        return self._with_cpu(self.gpu.decode_time(num_seqs, context), num_seqs)
+        return self._with_cpu(self.gpu.time_sums(sums), sums[0])

@@ -33,14 +33,10 @@ def parse_gpu_costs(items: list[str]) -> dict[str, float]:
 def _replica_gpus(cost_model: Any) -> tuple[str | None, int]:
     """(hardware preset, GPUs) of one server of ``cost_model`` (None: a linear model names
     no hardware)."""
-    hardware = getattr(cost_model, "hardware", None)
-    tp = int(getattr(cost_model, "tp", 1) or 1)
-    if getattr(cost_model, "type", None) == "fitted":
-        from simulator.cost.fitted import load_preset
+    from simulator.cost.gpus import named_gpus
 
-        preset = load_preset(cost_model.path)
-        hardware, tp = preset.hardware, preset.tp
-    return hardware, tp
+    gpus = named_gpus(cost_model)
+    return (None, 1) if gpus is None else (gpus.hardware, gpus.tp)
 
 
 def deployment_gpus(cfg: ScenarioConfig) -> Counter[str | None]:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.results.reader import iter_parquet, open_parquet
+from simulator.parquet_file import iter_parquet, open_parquet
 
 MAX_TIME_BINS = 800
 """Most bins a timeline is drawn from: the screen cannot show more, and 10^6-point lines make

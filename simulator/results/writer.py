@@ -72,7 +72,7 @@ def write_result(
         if steps is None:  # streamed as the run went (read back a batch at a time), or none
             path = folder / "steps.parquet"
             steps = path if path.exists() else MemorySink().close()
-        slo = result.scenario.slo if result.scenario is not None else None
+        slo = getattr(result.scenario, "slo", None)  # a scenario without an SLO: None
         save_run_plots(result.requests, steps, folder / "plots", fmt=fmt, slo_ms=slo_ms(slo))
         if result.replicas is not None and isinstance(steps, pd.DataFrame):
             from simulator.plots.cluster import save_cluster_plots

@@ -1,10 +1,22 @@
-"""The scheduler's part of a scenario: which policy, and its budgets."""
+"""The scheduler's part of a scenario: which policy, its flags and its budgets; and the
+registry of policies a scenario may name."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from simulator.registry import Registry
+from simulator.scheduling.interface import Scheduler
+from simulator.scheduling.step_scheduler import PRESETS, StepScheduler
+
+POLICIES: Registry[type[Scheduler]] = Registry(
+    "policy", {"spec": StepScheduler, "vllm-v1": StepScheduler}, check=Scheduler
+)
+"""Policy name (``scheduler.policy``) -> its class: a ``StepScheduler`` (the built-in names
+are presets of its flags, ``PRESETS``), or any ``Scheduler`` taking ``(config, sample,
+sample_many)``; a scenario may also name one by import path, ``module:Class``."""
 
 
 class SchedulerConfig(BaseModel):
@@ -12,9 +24,10 @@ class SchedulerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    policy: Literal["spec", "vllm-v1"] = "spec"
-    """Scheduling policy: ``spec`` (the project's spec, the default) or ``vllm-v1`` (vLLM
-    0.33's v1 scheduler, step-exact to recorded traces); docs/scheduler.md."""
+    policy: str = "spec"
+    """Scheduling policy: ``spec`` (the project's spec, the default), ``vllm-v1`` (vLLM
+    0.33's v1 scheduler, step-exact to recorded traces), or a policy class by import path
+    (``module:Class``); docs/scheduler.md."""
     max_num_batched_tokens: int = Field(ge=1)
     """Token budget of one step, shared by decodes and prefill chunks."""
     max_num_seqs: int = Field(ge=1)
@@ -43,12 +56,21 @@ class SchedulerConfig(BaseModel):
     long_prefill_token_threshold: int = Field(default=0, ge=0)
     """``vllm-v1`` only: most tokens one request computes in a step while others run or wait
     (0: no cap)."""
+    admit_after_preemption: bool | None = None
+    """Admit waiting requests in a step that preempted someone; default on for ``spec`` (its
+    text), off for ``vllm-v1`` (as in vLLM)."""
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        return POLICIES.validate(value)
 
     @model_validator(mode="after")
     def _policy_defaults(self) -> SchedulerConfig:
-        vllm = self.policy == "vllm-v1"
-        if not vllm:
+        preset = PRESETS.get(self.policy, {})
+        if self.policy == "spec":
             for key, off in (
+                ("admit_after_preemption", self.admit_after_preemption is not False),
                 ("priority_policy", self.priority_policy == "fcfs"),
                 ("reserve_full_isl", not self.reserve_full_isl),
                 ("long_prefill_token_threshold", self.long_prefill_token_threshold == 0),
@@ -56,8 +78,11 @@ class SchedulerConfig(BaseModel):
                 if not off:
                     raise ValueError(f"{key} applies to policy 'vllm-v1' only, not {self.policy!r}")
         # resolved here, so a saved scenario says what ran
-        if self.enable_prefix_caching is None:
-            self.enable_prefix_caching = vllm
-        if self.reserve_full_isl is None:
-            self.reserve_full_isl = vllm
+        for key, default in (
+            ("enable_prefix_caching", False),
+            ("reserve_full_isl", False),
+            ("admit_after_preemption", True),
+        ):
+            if getattr(self, key) is None:
+                setattr(self, key, preset.get(key, default))
         return self

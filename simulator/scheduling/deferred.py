@@ -15,17 +15,18 @@ from collections.abc import Hashable
 from itertools import islice
 
 from simulator.scheduling.block_hash import extend_hashes
-from simulator.scheduling.block_manager import BlockManager
 from simulator.scheduling.decode_run import DecodeRun
 from simulator.scheduling.interface import DecodeStretch, ManySampler, Sampler, StepPlan
-from simulator.scheduling.kv_cache_manager import KVCacheManager
+from simulator.scheduling.kv_manager import KVManager
+from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
 from simulator.scheduling.sequence import Sequence, SequenceStatus
 
 
 class DeferredDecodes:
     """The deferred decode group of a policy, and its prefix-cache head watch."""
 
-    blocks: BlockManager | KVCacheManager
+    blocks: KVManager
+    waiting: FCFSQueue | PriorityQueue
     max_num_batched_tokens: int
     sample_fn: Sampler | None
     sample_many: ManySampler | None
@@ -49,7 +50,7 @@ class DeferredDecodes:
     def _start_run(self) -> DecodeRun:
         """A group of the running sequences, from the head, that sampled in the last update()."""
         bs = self.blocks.block_size
-        run = DecodeRun(bs, with_blocks=isinstance(self.blocks, KVCacheManager))
+        run = DecodeRun(bs, with_blocks=self.blocks.caching)
         sampled = {id(s) for s in self._sampled}
         for seq in self._running:
             if id(seq) not in sampled:
@@ -57,10 +58,6 @@ class DeferredDecodes:
             run.join(seq, bs)
         self._run = run
         return run
-
-    def _num_waiting(self) -> int:
-        """Sequences waiting for admission."""
-        raise NotImplementedError
 
     def _retire(self, seq: Sequence) -> None:
         raise NotImplementedError
@@ -74,7 +71,7 @@ class DeferredDecodes:
         if self._fast_plan is not None:
             self.finish_fast_step()
         blocks = self.blocks
-        if not isinstance(blocks, BlockManager) or self._num_waiting():
+        if blocks.caching or self.waiting:
             return None
         run = self._run
         if run is None:
@@ -89,20 +86,26 @@ class DeferredDecodes:
             return None  # the next step needs a block that is missing
         return DecodeStretch(run.segments(blocks.num_used, blocks.num_blocks, bs), 0)
 
-    def take_decodes(self, k: int) -> list[tuple[int, list[Sequence]]]:
+    def take_decodes(self, k: int, hold_last: bool = False) -> list[tuple[int, list[Sequence]]]:
         """Take the first ``k`` steps of the last ``decode_stretch()``; return, for each of
-        them in which members finished, (its index in the stretch, who finished)."""
+        them in which members finished, (its index in the stretch, who finished). With
+        ``hold_last`` the last is only planned: ``finish_fast_step()`` applies it."""
         run = self._run
         blocks = self.blocks
-        assert run is not None and isinstance(blocks, BlockManager) and k > 0
+        assert run is not None and not blocks.caching and k > 0
         bs = blocks.block_size
         first = t = run.steps
         out: list[tuple[int, list[Sequence]]] = []
+        if hold_last:  # an empty plan of the group's step: its members finish when applied
+            self._fast_plan, self._finishing = StepPlan([], [], [], 0, []), []
         while run.num_seqs and run.next_finish() <= first + k:
             f = run.next_finish()
             blocks.take(run.blocks_over(t, f, bs))
             run.steps = t = f
             done = run.finish_at.pop(f)
+            if hold_last and f == first + k:
+                self._finishing = done
+                break
             for seq in done:
                 run.drop(seq, bs)
                 self._advance(seq, f - seq.deferred_from)
@@ -129,9 +132,8 @@ class DeferredDecodes:
         seq.num_computed += k
         seq.num_tokens += k
         seq.deferred_from += k
-        blocks = self.blocks
-        if isinstance(blocks, BlockManager):
-            blocks.settle(seq, seq.num_computed)
+        if not self.blocks.caching:
+            self.blocks.settle(seq, seq.num_computed)
 
     def _settle(self) -> None:
         """Bring every member up to date; the group stays (the offsets do not move)."""
@@ -155,10 +157,10 @@ class DeferredDecodes:
         """Take (and with a prefix cache, cache) the members' blocks of step ``t``; the caller
         checked that ``grow`` blocks are free."""
         blocks = self.blocks
-        if isinstance(blocks, BlockManager):
+        pool, bs, tables, cached = blocks.pool, blocks.block_size, blocks.tables, blocks.cached
+        if pool is None:
             blocks.take(grow)
             return
-        pool, bs = blocks.pool, blocks.block_size
         growing, filling = run.growing(t, bs), run.filling(t, bs)
         fills = [(seq, (seq.num_computed - seq.deferred_from + t) // bs - 1) for seq in filling]
         fill_hashes = [extend_hashes(seq, j + 1, bs)[j] for seq, j in fills]
@@ -166,18 +168,19 @@ class DeferredDecodes:
             self._watch_head(grow, fill_hashes)
         if grow:
             for seq, b in zip(growing, pool.take(grow), strict=True):
-                seq.block_ids.append(b)
+                tables[seq].append(b)
                 seq.num_blocks += 1
+            blocks.pool_changed()
         cache = pool.cache
         for (seq, j), h in zip(fills, fill_hashes, strict=True):
-            cache(seq.block_ids[j], h)
-            seq.num_cached_blocks = j + 1
+            cache(tables[seq][j], h)
+            cached[seq] = j + 1
 
     def _watch_head(self, grow: int, fill_hashes: list[int]) -> None:
         """Forget the head's hit if taking ``grow`` blocks evicts, or the fills cache, a block
         its hit could cover."""
         blocks = self.blocks
-        assert isinstance(blocks, KVCacheManager) and self._memo is not None
+        assert blocks.pool is not None and self._memo is not None
         head, chain, hits = self._memo
         if head.status is not SequenceStatus.WAITING:
             self._memo = None
@@ -199,8 +202,6 @@ class DeferredDecodes:
         memo = self._memo
         if memo is not None and memo[0] is seq:
             return memo[2]
-        blocks = self.blocks
-        assert isinstance(blocks, KVCacheManager)
-        hits = blocks.lookup(seq)
+        hits = self.blocks.lookup(seq)
         self._memo = (seq, None, hits)
         return hits

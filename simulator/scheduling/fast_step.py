@@ -17,71 +17,24 @@ from __future__ import annotations
 from simulator.scheduling.decode_run import DecodeRun
 from simulator.scheduling.deferred import DeferredDecodes
 from simulator.scheduling.interface import StepPlan
-from simulator.scheduling.kv_cache_manager import KVCacheManager
-from simulator.scheduling.sequence import Sequence, SequenceStatus
+from simulator.scheduling.sequence import Sequence
 
 
 class FastSteps(DeferredDecodes):
-    """``update()`` and the fast path of a policy, which says how it caps a sequence's
-    tokens in a step and how it admits waiting sequences (its phase 2)."""
-
-    keep_finished: bool
-    finished: list[Sequence]
-    _plan: StepPlan | None
+    """The fast path of the scheduler, which says how it caps a sequence's tokens in a
+    step, how it admits waiting sequences (its phase 2) and how it applies a step."""
 
     def _cap(self) -> int:
         """Most tokens of one sequence in the next step (0: no cap)."""
-        return 0
+        raise NotImplementedError
 
     def _admit(self, plan: StepPlan, budget: int, cap: int) -> None:
         """Phase 2: admit waiting sequences into ``plan`` with ``budget`` tokens left."""
         raise NotImplementedError
 
-    # -- update ------------------------------------------------------------------------------
-
-    def update(self) -> list[Sequence]:
-        """Apply the last plan: advance KV, sample completed sequences, retire finished ones
-        (in plan order, freeing their blocks tail first)."""
-        plan = self._plan
-        if plan is None:
-            raise RuntimeError("update() without a schedule()")
-        self._plan = None
-        done = self._apply(plan)
-        for seq in done:
-            self._retire(seq)
-        self._sampled = plan.sampled
-        return done
-
     def _apply(self, plan: StepPlan) -> list[Sequence]:
-        """Advance the KV of ``plan.seqs``, sample those that computed all their tokens (into
-        ``plan.sampled``); return those that finished, in plan order."""
-        done: list[Sequence] = []
-        sampled = plan.sampled
-        eos = self.eos_token_id
-        sample_fn = self.sample_fn
-        for seq, n in zip(plan.seqs, plan.num_new_tokens, strict=True):
-            seq.num_computed += n
-            if seq.num_computed == seq.num_tokens:
-                if sample_fn is not None:
-                    tok = sample_fn(seq)
-                    seq.output.append(tok)
-                    if tok == eos:
-                        seq.num_tokens += 1
-                        sampled.append(seq)
-                        done.append(seq)
-                        continue
-                seq.num_tokens += 1
-                sampled.append(seq)
-                if seq.num_tokens - seq.prompt_len >= seq.max_tokens:
-                    done.append(seq)
-        return done
-
-    def _retire(self, seq: Sequence) -> None:
-        seq.status = SequenceStatus.FINISHED
-        self._running.remove(seq)
-        self.blocks.free(seq)
-        if self.keep_finished:
-            self.finished.append(seq)
+        """Advance the KV of ``plan.seqs`` and sample; return those that finished."""
+        raise NotImplementedError
 
     # -- the fast path -----------------------------------------------------------------------
 
@@ -118,7 +71,7 @@ class FastSteps(DeferredDecodes):
             self._grow_members(run, t, grow)
         if plan.seqs:
             self._grow_others(plan)
-        if left > 0 and self._num_waiting():
+        if left > 0 and self.waiting:
             self._admit(plan, left, cap)
         if not m and not plan.seqs:  # nothing to do (schedule() would say why)
             return None
@@ -162,13 +115,13 @@ class FastSteps(DeferredDecodes):
         blocks they fill, as phase 1 of ``schedule()`` does."""
         blocks = self.blocks
         limit = blocks.block_size
-        caching = isinstance(blocks, KVCacheManager)
+        caching = blocks.caching
         for seq, n, c in zip(plan.seqs, plan.num_new_tokens, plan.context_lens, strict=True):
             if c + n > seq.num_blocks * limit:
                 grown = blocks.grow(seq, c + n)
                 assert grown
-            elif caching and (c + n) // limit > seq.num_cached_blocks:
-                blocks.cache_full(seq, c + n)  # type: ignore[union-attr]
+            elif caching and (c + n) // limit > blocks.cached.get(seq, 0):
+                blocks.cache_full(seq, c + n)
         self._memo = None  # their blocks may have evicted or cached what the head could hit
 
     def finish_fast_step(self) -> list[Sequence]:

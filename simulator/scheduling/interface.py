@@ -209,10 +209,12 @@ class Scheduler(ABC):
         ``take_decodes()``."""
         return None
 
-    def take_decodes(self, k: int) -> list[tuple[int, list[Sequence]]]:
+    def take_decodes(self, k: int, hold_last: bool = False) -> list[tuple[int, list[Sequence]]]:
         """Take the first ``k`` steps of the last ``decode_stretch()`` (each as
         ``fast_step()`` + ``finish_fast_step()`` would); return, per step in which some
-        finished, (its index in the stretch, the sequences that finished in it)."""
+        finished, (its index in the stretch, the sequences that finished in it). With
+        ``hold_last`` the last step is only planned, as by ``fast_step()``: its members
+        finish at ``finish_fast_step()``."""
         raise NotImplementedError
 
     def finish_fast_step(self) -> list[Sequence]:

@@ -10,35 +10,18 @@ from collections.abc import Iterator
 from simulator.scheduling.sequence import Sequence
 
 
-class FCFSQueue:
-    """Arrival order; a preempted sequence goes back to the head."""
+class FCFSQueue(deque[Sequence]):
+    """Arrival order; a preempted sequence goes back to the head. A deque, so that the
+    scheduler's reads of it (``len``, the head ``[0]``) cost no Python call."""
 
-    __slots__ = ("_q",)
+    __slots__ = ()
 
-    def __init__(self) -> None:
-        self._q: deque[Sequence] = deque()
-
-    def add(self, seq: Sequence) -> None:
-        """A new sequence joins at the tail."""
-        self._q.append(seq)
-
-    def prepend(self, seq: Sequence) -> None:
-        """A preempted sequence goes back to the head."""
-        self._q.appendleft(seq)
-
-    def peek(self) -> Sequence:
-        """The sequence admission looks at next."""
-        return self._q[0]
-
-    def pop(self) -> Sequence:
-        """Remove and return ``peek()``."""
-        return self._q.popleft()
-
-    def __len__(self) -> int:
-        return len(self._q)
-
-    def __iter__(self) -> Iterator[Sequence]:
-        return iter(self._q)
+    add = deque.append
+    """A new sequence joins at the tail."""
+    prepend = deque.appendleft
+    """A preempted sequence goes back to the head."""
+    pop = deque.popleft
+    """Remove and return the head."""
 
 
 class PriorityQueue:
@@ -55,12 +38,14 @@ class PriorityQueue:
 
     prepend = add
 
-    def peek(self) -> Sequence:
-        """The sequence admission looks at next."""
+    def __getitem__(self, index: int) -> Sequence:
+        """The head (``[0]``: the sequence admission looks at next)."""
+        if index != 0:
+            raise IndexError("only the head of a priority queue can be read")
         return self._heap[0][2]
 
     def pop(self) -> Sequence:
-        """Remove and return ``peek()``."""
+        """Remove and return the head."""
         return heapq.heappop(self._heap)[2]
 
     def __len__(self) -> int:

@@ -176,10 +176,12 @@ class TraceConfig(_Model):
 
     path: str
     """Trace file; relative to the working directory, or absolute."""
-    format: Literal["azure", "mooncake", "csv", "llmservingsim"]
-    """File layout: Azure 2023 CSV, Mooncake JSONL, plain ``arrival_s,prompt_len,output_len``
-    CSV (optional ``priority`` and ``hash_ids`` columns), or token-id JSONL
-    (LLMServingSim's ``input_toks, output_toks, arrival_time_ns, input_tok_ids``)."""
+    format: str
+    """File layout: ``azure`` (Azure 2023 CSV), ``mooncake`` (JSONL), ``csv`` (plain
+    ``arrival_s,prompt_len,output_len``, optional ``priority`` and ``hash_ids`` columns),
+    ``llmservingsim`` (token-id JSONL: ``input_toks, output_toks, arrival_time_ns,
+    input_tok_ids``), or a reader function by import path (``module:function``, called with
+    the path and ``hash_block_tokens``)."""
     hash_block_tokens: int = Field(default=512, ge=1)
     """Prompt tokens each hash id stands for (Mooncake ``hash_ids``, a CSV ``hash_ids``
     column); Mooncake's are 512."""
@@ -195,6 +197,13 @@ class TraceConfig(_Model):
     """Window start in trace seconds since the first request (inclusive); None = from the start."""
     end_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Window end in trace seconds since the first request (exclusive); None = to the end."""
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        from simulator.workload.traces import TRACE_READERS
+
+        return TRACE_READERS.validate(value)
 
     @field_validator("time_scale_schedule")
     @classmethod

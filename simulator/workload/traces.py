@@ -26,11 +26,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 
 from simulator.errors import InputError
+from simulator.registry import Registry
 from simulator.workload.csv_table import CsvTable, Where, check_range, existing_file
 from simulator.workload.hash_ids import check_json_ids, parse_cell, runs_from_hash_ids
 from simulator.workload.prompt_runs import PromptRuns
@@ -48,7 +48,8 @@ __all__ = [
     "read_trace",
 ]
 
-TraceFormat = Literal["azure", "mooncake", "csv", "llmservingsim"]
+TraceFormat = str
+"""A name in ``TRACE_READERS``, or a reader's import path (``module:function``)."""
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 CSV_COLUMNS = ("arrival_s", "prompt_len", "output_len")
@@ -61,21 +62,22 @@ MAX_TOKENS = 2**31 - 1
 MAX_ARRIVAL_S = 1e12
 
 
+TraceReader = Callable[[str | Path, int], Workload]
+"""Reads a trace file into a workload; each hash id covers the given prompt tokens."""
+
+
 def read_trace(path: str | Path, fmt: TraceFormat, hash_block_tokens: int = 512) -> Workload:
-    """Read a trace file of format ``fmt`` ("azure", "mooncake", "csv" or "llmservingsim");
-    each hash id covers ``hash_block_tokens`` prompt tokens."""
-    if fmt == "azure":
-        return read_azure(path)
-    if fmt == "mooncake":
+    """Read a trace file of format ``fmt`` (``TRACE_READERS``: "azure", "mooncake", "csv",
+    "llmservingsim", or a reader by import path); each hash id covers ``hash_block_tokens``
+    prompt tokens."""
+    try:
+        reader = TRACE_READERS.resolve(fmt)
+    except ValueError as err:
+        raise InputError(f"{path}: {err}") from None
+    if fmt in ("mooncake", "llmservingsim"):
         with _json_lines_expected(path, fmt):
-            return read_mooncake(path, hash_block_tokens)
-    if fmt == "csv":
-        return read_csv_trace(path, hash_block_tokens)
-    if fmt == "llmservingsim":
-        with _json_lines_expected(path, fmt):
-            return read_token_ids(path)
-    formats = ["azure", "mooncake", "csv", "llmservingsim"]
-    raise InputError(f"{path}: unknown trace format {fmt!r} (expected one of {formats})")
+            return reader(path, hash_block_tokens)
+    return reader(path, hash_block_tokens)
 
 
 @contextmanager
@@ -383,3 +385,16 @@ def _finish(
         priority=priority,
         prompt_runs=runs,
     )
+
+
+TRACE_READERS: Registry[TraceReader] = Registry(
+    "trace format",
+    {
+        "azure": lambda path, _: read_azure(path),
+        "mooncake": read_mooncake,
+        "csv": read_csv_trace,
+        "llmservingsim": lambda path, _: read_token_ids(path),
+    },
+)
+"""``workload.trace.format`` -> its reader; a scenario may also name a ``TraceReader`` by
+import path (``module:function``)."""

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.scheduling.interface import Sampler, Scheduler
-from simulator.scheduling.replay_cases import Case, check_steps, read_cases
+from simulator.scheduling.interface import ManySampler, Sampler, Scheduler
 from simulator.scheduling.sequence import Sequence
-from simulator.scheduling.spec import SpecScheduler
-from simulator.scheduling.vllm_v1 import VllmV1Scheduler
+from simulator.scheduling.step_scheduler import StepScheduler
+from simulator.validation.scheduler_cases import Case, check_steps, read_cases
 
 EOS = 50256
 OUT_TOKEN0 = 100_000
@@ -52,33 +51,35 @@ class Divergence:
         return f"{self.case}: first divergent step {self.step}\n" + "\n".join(diffs)
 
 
-def make_replay_scheduler(case: Case, policy: str, sample: Sampler) -> Scheduler:
-    """The scheduler ``policy`` names, configured as the case's vLLM scheduler was."""
+def make_replay_scheduler(
+    case: Case, policy: str, sample: Sampler, sample_many: ManySampler | None = None
+) -> Scheduler:
+    """The scheduler ``policy`` names, configured as the case's vLLM scheduler was (the
+    vLLM-only settings given to ``spec`` too would be refused: it ignores them). With
+    ``sample_many`` and no EOS in the case, its fast path is open."""
+    if policy not in REPLAY_POLICIES:
+        raise ValueError(
+            f"unknown policy {policy!r} (expected one of {', '.join(REPLAY_POLICIES)})"
+        )
     c = case.config
+    # without EOS in the case, none is ever sampled: no EOS token is the same run
+    eos = EOS if any(r.eos_at is not None for r in case.requests) else None
+    args = (c["num_blocks"], c["block_size"], c["max_num_seqs"], c["max_num_batched_tokens"])
     if policy == "spec":
-        return SpecScheduler(
-            c["num_blocks"],
-            c["block_size"],
-            c["max_num_seqs"],
-            c["max_num_batched_tokens"],
-            sample,
-            EOS,
-            enable_prefix_caching=c["enable_prefix_caching"],
+        caching = c["enable_prefix_caching"]
+        return StepScheduler(
+            *args, sample, eos, sample_many=sample_many, enable_prefix_caching=caching
         )
-    if policy == "vllm-v1":
-        return VllmV1Scheduler(
-            c["num_blocks"],
-            c["block_size"],
-            c["max_num_seqs"],
-            c["max_num_batched_tokens"],
-            sample,
-            EOS,
-            priority=c["policy"] == "priority",
-            reserve_full_isl=c["reserve_full_isl"],
-            long_prefill_token_threshold=c["long_prefill_token_threshold"],
-            enable_prefix_caching=c["enable_prefix_caching"],
-        )
-    raise ValueError(f"unknown policy {policy!r} (expected one of {', '.join(REPLAY_POLICIES)})")
+    return StepScheduler.vllm_v1(
+        *args,
+        sample,
+        eos,
+        sample_many=sample_many,
+        priority=c["policy"] == "priority",
+        reserve_full_isl=c["reserve_full_isl"],
+        long_prefill_token_threshold=c["long_prefill_token_threshold"],
+        enable_prefix_caching=c["enable_prefix_caching"],
+    )
 
 
 def case_sequences(case: Case) -> list[Sequence]:
@@ -99,46 +100,61 @@ def case_sequences(case: Case) -> list[Sequence]:
     return seqs
 
 
-def replay(case: Case, policy: str) -> list[dict[str, Any]]:
-    """Every step of ``case`` replayed through ``policy``, as recorded steps are written."""
+def replay(case: Case, policy: str, fast: bool = False) -> list[dict[str, Any]]:
+    """Every step of ``case`` replayed through ``policy``, as recorded steps are written;
+    ``fast``: each step the scheduler can take on its fast path (``fast_step()``: a case
+    without EOS) is taken so."""
     eos_at = [r.eos_at for r in case.requests]
 
     def sample(seq: Sequence) -> int:
         i: int = seq.seq_id  # type: ignore[assignment]
         return EOS if eos_at[i] == len(seq.output) else OUT_TOKEN0 + i
 
-    sched = make_replay_scheduler(case, policy, sample)
+    def sample_many(seq: Sequence, k: int) -> list[int]:
+        i: int = seq.seq_id  # type: ignore[assignment]
+        first = len(seq.output)
+        return [EOS if eos_at[i] == p else OUT_TOKEN0 + i for p in range(first, first + k)]
+
+    sched = make_replay_scheduler(case, policy, sample, sample_many if fast else None)
     seqs = case_sequences(case)
     arrivals: dict[int, list[Sequence]] = {}
     for seq, r in zip(seqs, case.requests, strict=True):
         arrivals.setdefault(r.arrival_step, []).append(seq)
     last = case.requests[-1].arrival_step
     limit = last + 1 + 4 * sum(r.prompt_len + r.max_tokens for r in case.requests) * (1 + len(seqs))
-    names = [str(i) for i in range(len(seqs))]  # the recorded ids: list indices
     steps = []
     for k in range(limit):
         for seq in arrivals.get(k, ()):
             sched.add(seq)
-        plan = sched.schedule()
-        ids = [names[s.seq_id] for s in plan.seqs]  # type: ignore[call-overload]
-        cached = {}
-        if plan.num_admitted:
-            hits = plan.cached_tokens
-            cached = {i: n for i, n in zip(ids[len(ids) - len(hits) :], hits, strict=True) if n}
-        preempted = sorted(s.seq_id for s in plan.preempted)  # type: ignore[type-var]
-        done = sched.update()
-        steps.append(
-            {
-                "scheduled": [[i, n] for i, n in zip(ids, plan.num_new_tokens, strict=True)],
-                "preempted": [names[i] for i in preempted],  # type: ignore[call-overload]
-                "cached": cached,
-                "finished": [names[i] for i in sorted(s.seq_id for s in done)],  # type: ignore[call-overload, type-var]
-                "free_blocks": sched.num_blocks - sched.num_blocks_used,
-            }
-        )
+        steps.append(_replay_step(sched, fast))
         if k >= last and not sched.has_work():
             return steps
     raise RuntimeError(f"{case.name}: no end after {limit} steps (scheduler made no progress)")
+
+
+def _replay_step(sched: Scheduler, fast: bool) -> dict[str, Any]:
+    """One step, planned and applied, as a recorded step is written (ids: list indices)."""
+    plan = sched.fast_step() if fast else None
+    if plan is None:
+        plan = sched.schedule()
+        members: list[Any] = []
+        done = sched.update()
+    else:  # the deferred decode group first (the head of the running order), one token each
+        members = sched.decode_batch_ids()
+        done = sched.finish_fast_step()
+    ids = [str(i) for i in members] + [str(s.seq_id) for s in plan.seqs]
+    tokens = [1] * len(members) + plan.num_new_tokens
+    cached = {}
+    if plan.num_admitted:
+        hits = plan.cached_tokens
+        cached = {i: n for i, n in zip(ids[len(ids) - len(hits) :], hits, strict=True) if n}
+    return {
+        "scheduled": [[i, n] for i, n in zip(ids, tokens, strict=True)],
+        "preempted": [str(i) for i in sorted(s.seq_id for s in plan.preempted)],  # type: ignore[type-var]
+        "cached": cached,
+        "finished": [str(i) for i in sorted(s.seq_id for s in done)],  # type: ignore[type-var]
+        "free_blocks": sched.num_blocks - sched.num_blocks_used,
+    }
 
 
 def first_divergence(case: Case, got: list[dict[str, Any]]) -> Divergence | None:
@@ -165,9 +181,12 @@ class CheckReport:
         return self.num_cases - len(self.divergences)
 
 
-def check_cases(cases: Seq[Case], policy: str, progress: bool | None = False) -> CheckReport:
-    """Replay every case through ``policy``; collect the first divergence of each that
-    differs. ``progress``: True shows a bar on stderr, None only on a terminal."""
+def check_cases(
+    cases: Seq[Case], policy: str, progress: bool | None = False, fast: bool = False
+) -> CheckReport:
+    """Replay every case through ``policy`` (``fast``: on its fast path where it can); collect
+    the first divergence of each that differs. ``progress``: True shows a bar on stderr,
+    None only on a terminal."""
     if policy not in REPLAY_POLICIES:
         raise InputError(f"--policy: {policy!r} is not one of {', '.join(REPLAY_POLICIES)}")
     from tqdm import tqdm
@@ -183,7 +202,7 @@ def check_cases(cases: Seq[Case], policy: str, progress: bool | None = False) ->
     )
     with bar:
         for case in cases:
-            divergence = first_divergence(case, replay(case, policy))
+            divergence = first_divergence(case, replay(case, policy, fast))
             if divergence is not None:
                 check_steps(case)  # a step not in the format is an input error, not a divergence
                 bad.append(divergence)
@@ -191,6 +210,8 @@ def check_cases(cases: Seq[Case], policy: str, progress: bool | None = False) ->
     return CheckReport(len(cases), bad)
 
 
-def check_file(path: str | Path, policy: str, progress: bool | None = False) -> CheckReport:
+def check_file(
+    path: str | Path, policy: str, progress: bool | None = False, fast: bool = False
+) -> CheckReport:
     """Read a cases file (InputError if it is not in the format) and replay it."""
-    return check_cases(read_cases(path), policy, progress)
+    return check_cases(read_cases(path), policy, progress, fast)

@@ -4,20 +4,17 @@ per token filled in (so the saved scenario says what ran), then the replicas bui
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from simulator.cluster.cluster import Cluster
 from simulator.cluster.config import ClusterConfig, ReplicaGroup, replica_groups
 from simulator.cluster.kv_link import KVLink
-from simulator.cost import CostModelConfig, RooflineCostConfig, build_cost_model
-from simulator.cost.fitted import FittedCostConfig, load_preset
+from simulator.config import ScenarioConfig
+from simulator.cost import CostModelConfig, build_cost_model
+from simulator.cost.gpus import named_gpus
 from simulator.cost.presets import load_model
 from simulator.errors import InputError, in_field
 from simulator.scheduling.config import SchedulerConfig
 from simulator.workload.workload import Workload
-
-if TYPE_CHECKING:
-    from simulator.config import ScenarioConfig
 
 NumBlocks = Callable[[SchedulerConfig, CostModelConfig, str], int]
 
@@ -38,15 +35,14 @@ def _resolve_group(
 
 def kv_bytes_per_token(cm: CostModelConfig, field: str) -> int:
     """KV bytes of one token of the model a cost model is for."""
-    if isinstance(cm, RooflineCostConfig):
-        return in_field(f"{field}.cost_model.model", load_model, cm.model).kv_bytes_per_token
-    if isinstance(cm, FittedCostConfig):
-        preset = in_field(f"{field}.cost_model.path", load_preset, cm.path)
-        return in_field(f"{field}.cost_model.path", load_model, preset.model).kv_bytes_per_token
-    raise InputError(
-        "cluster.disaggregation.kv_transfer.kv_bytes_per_token: required with a linear cost "
-        "model (roofline and fitted models take it from their model preset)"
-    )
+    gpus = named_gpus(cm, f"{field}.")
+    if gpus is None:
+        raise InputError(
+            "cluster.disaggregation.kv_transfer.kv_bytes_per_token: required with a cost "
+            "model that names no model, such as a linear one (roofline, fitted and profiled "
+            "models take it from their model preset)"
+        )
+    return in_field(f"{gpus.where}model", load_model, gpus.model).kv_bytes_per_token
 
 
 def resolve_cluster(cfg: ScenarioConfig, blocks: NumBlocks) -> ClusterConfig:

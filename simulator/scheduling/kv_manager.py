@@ -1,0 +1,178 @@
+"""The KV blocks of a scheduler, with prefix caching on or off (vLLM v1's ``KVCacheManager``
+and its ``enable_caching``).
+
+Caching off, blocks are only counted: a sequence holding ``k`` tokens of KV needs
+``ceil(k / block_size)`` of them (the spec's ``blocks_used`` and ``seq.num_blocks``). Caching
+on, every block has an identity in a ``BlockPool`` and the rules are vLLM's:
+
+- only full blocks are cached, identified by the chained hash of their content
+  (``block_hash.py``), as soon as the step that computes them is scheduled;
+- a hit is the longest run of cached blocks from the start of the sequence, at most
+  ``num_tokens - 1`` tokens (the last token is always computed, to sample from);
+- a hit block still held by another sequence is shared (one more reference) and costs no
+  free block; a hit block sitting free in the cache leaves the free queue;
+- a sequence's blocks are freed tail first, so its last blocks are evicted first.
+"""
+
+from __future__ import annotations
+
+from simulator.scheduling.block_hash import extend_hashes
+from simulator.scheduling.block_pool import BlockPool
+from simulator.scheduling.sequence import Sequence
+
+
+class KVManager:
+    """Which blocks each sequence holds (counted, or with identities and a prefix cache): the
+    block tables are here (vLLM's ``req_to_blocks``); a sequence counts its blocks only."""
+
+    __slots__ = ("num_blocks", "block_size", "caching", "pool", "num_used", "tables", "cached")
+
+    def __init__(self, num_blocks: int, block_size: int, *, caching: bool) -> None:
+        self.num_blocks = num_blocks
+        """Blocks in the cache."""
+        self.block_size = block_size
+        """Tokens per block."""
+        self.caching = caching
+        """Whether blocks have identities and full ones are cached for reuse."""
+        self.pool = BlockPool(num_blocks) if caching else None
+        """With caching: the blocks, their reference counts and the hash map."""
+        self.num_used = 0
+        """Blocks held by sequences (a field, not worked out: it is read in every step)."""
+        self.tables: dict[Sequence, list[int]] = {}
+        """With caching: the blocks each sequence holds, in token order."""
+        self.cached: dict[Sequence, int] = {}
+        """With caching: how many of a sequence's blocks are in the prefix cache (hit, or
+        hashed once full; 0 when missing)."""
+
+    def block_ids(self, seq: Sequence) -> list[int]:
+        """The blocks ``seq`` holds, in token order (with caching; else none have ids)."""
+        return self.tables.get(seq, [])
+
+    def num_cached_blocks(self, seq: Sequence) -> int:
+        """How many of ``block_ids(seq)`` are in the prefix cache."""
+        return self.cached.get(seq, 0)
+
+    @property
+    def num_free(self) -> int:
+        """Blocks nobody holds, cached content included."""
+        return self.num_blocks - self.num_used
+
+    def pool_changed(self) -> None:
+        """Count the blocks held again after the pool handed out or took back blocks."""
+        self.num_used = self.num_blocks - self.pool.num_free  # type: ignore[union-attr]
+
+    @property
+    def num_cached_free(self) -> int:
+        """Free blocks whose content the cache keeps for reuse (0 without caching)."""
+        return 0 if self.pool is None else self.pool.num_free_cached
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """Blocks needed to hold ``num_tokens`` tokens of KV."""
+        return -(-num_tokens // self.block_size)
+
+    def lookup(self, seq: Sequence) -> list[int]:
+        """The cached blocks a waiting ``seq`` would start with (its prefix-cache hit)."""
+        n = (seq.num_tokens - 1) // self.block_size
+        pool = self.pool
+        if n <= 0 or pool is None:
+            return []
+        cached = pool.cached
+        # the first block decides most lookups (a new prompt of its own misses at once)
+        if extend_hashes(seq, 1, self.block_size)[0] not in cached:
+            return []
+        hits = []
+        for h in extend_hashes(seq, n, self.block_size)[:n]:
+            b = cached.get(h)
+            if b is None:
+                break
+            hits.append(b)
+        return hits
+
+    def num_needed(self, seq: Sequence, num_tokens: int, hits: list[int] | tuple = ()) -> int:
+        """Free blocks ``seq`` would use to hold ``num_tokens`` tokens, starting from ``hits``
+        if it is waiting: new blocks, plus the hit blocks that are now free."""
+        need = -(-num_tokens // self.block_size) - seq.num_blocks - len(hits)
+        if hits:
+            ref_cnt = self.pool.ref_cnt  # type: ignore[union-attr]
+            need += sum(1 for b in hits if ref_cnt[b] == 0)
+        return max(need, 0)
+
+    def admit(self, seq: Sequence, num_tokens: int, hits: list[int]) -> bool:
+        """Give a waiting ``seq`` its ``hits`` and new blocks up to ``num_tokens`` tokens, if
+        they are free; else change nothing and return False."""
+        if not hits:
+            return self.grow(seq, num_tokens)
+        if self.num_needed(seq, num_tokens, hits) > self.num_free:
+            return False
+        pool = self.pool
+        assert pool is not None
+        pool.touch(hits)
+        self.tables[seq] = list(hits)
+        seq.num_blocks = self.cached[seq] = len(hits)
+        self._take(pool, seq, num_tokens)
+        self.pool_changed()
+        return True
+
+    def grow(self, seq: Sequence, num_tokens: int) -> bool:
+        """Give ``seq`` the blocks for ``num_tokens`` tokens if they are free (else change
+        nothing and return False); with caching, cache the blocks this fills."""
+        need = -(-num_tokens // self.block_size) - seq.num_blocks
+        pool = self.pool
+        if pool is None:
+            if need <= 0:
+                return True
+            if self.num_used + need > self.num_blocks:
+                return False
+            seq.num_blocks += need
+            self.num_used += need
+            return True
+        if need > pool.num_free:
+            return False
+        self._take(pool, seq, num_tokens)
+        self.pool_changed()
+        return True
+
+    def _take(self, pool: BlockPool, seq: Sequence, num_tokens: int) -> None:
+        new = -(-num_tokens // self.block_size) - seq.num_blocks
+        if new > 0:
+            table = self.tables.setdefault(seq, [])
+            table += pool.take(new)
+            seq.num_blocks = len(table)
+        self.cache_full(seq, num_tokens)
+
+    def cache_full(self, seq: Sequence, num_tokens: int) -> None:
+        """Cache the blocks of ``seq`` that are full once it holds ``num_tokens`` tokens of
+        KV (only known tokens: never past ``seq.num_tokens``)."""
+        full = min(num_tokens, seq.num_tokens) // self.block_size
+        done = self.cached.get(seq, 0)
+        if full <= done:
+            return
+        hashes = extend_hashes(seq, full, self.block_size)
+        self.pool.cache_blocks(self.tables[seq], hashes, done, full)  # type: ignore[union-attr]
+        self.cached[seq] = full
+
+    def free(self, seq: Sequence) -> None:
+        """Return every block of ``seq`` (with caching: tail first, cached content stays)."""
+        pool = self.pool
+        if pool is None:
+            self.num_used -= seq.num_blocks
+        else:
+            blocks = self.tables.pop(seq, [])
+            blocks.reverse()
+            pool.free(blocks)
+            self.cached.pop(seq, None)
+            self.pool_changed()
+        seq.num_blocks = 0
+
+    # -- deferred decode steps without caching -------------------------------------------------
+    # A run of deferred decode steps takes blocks for many sequences at once and writes each
+    # sequence's count only when the run settles.
+
+    def take(self, n: int) -> None:
+        """Count ``n`` more blocks as used, for sequences ``settle()`` will name later."""
+        self.num_used += n
+
+    def settle(self, seq: Sequence, num_tokens: int) -> None:
+        """Record that ``seq`` holds the blocks for ``num_tokens`` tokens, already counted
+        by ``take()``."""
+        seq.num_blocks = -(-num_tokens // self.block_size)

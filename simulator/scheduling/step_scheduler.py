@@ -1,0 +1,382 @@
+"""The step scheduler: continuous batching with chunked prefill and recompute preemption under
+a token budget, ``max_num_seqs`` and a KV-block budget (docs/scheduler.md). vLLM has one
+``Scheduler`` whose variants are flags; so has this one, and the policies are presets of them
+(``presets.py``): ``spec`` (the text of ``shared/spec/scheduler.md``) and ``vllm-v1`` (vLLM
+0.33's v1 scheduler, step for step against recorded traces).
+
+The flags, and what each changes:
+
+- ``admit_after_preemption``: admit waiting sequences in a step that preempted someone (the
+  spec does; vLLM does not);
+- ``reserve_full_isl``: admit a sequence only if blocks for all its known tokens are free,
+  not only for its first chunk;
+- ``long_prefill_token_threshold``: most tokens of one sequence per step, only while more than
+  one sequence runs or waits as the step starts (0: no cap);
+- ``priority``: the waiting queue is a heap on ``(priority, arrival)`` and the victim is the
+  running sequence with the largest such key (dropped from the plan if already in it);
+- ``enable_prefix_caching``: an admitted sequence starts from its prefix-cache hit.
+
+A plain object with no clock, no randomness and no I/O: the engine calls ``schedule()``, lets
+the cost model time the step, then calls ``update()`` (or takes the fast path of
+``fast_step.py``, which gives the same steps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from simulator.scheduling.decode_run import DecodeRun
+from simulator.scheduling.fast_step import FastSteps
+from simulator.scheduling.interface import ManySampler, Sampler, Scheduler, StepPlan
+from simulator.scheduling.kv_manager import KVManager
+from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
+from simulator.scheduling.sequence import Sequence, SequenceStatus
+
+PRESETS: dict[str, dict[str, bool]] = {
+    "spec": {},
+    "vllm-v1": {
+        "admit_after_preemption": False,
+        "reserve_full_isl": True,
+        "enable_prefix_caching": True,
+    },
+}
+"""The built-in policies as flags of ``StepScheduler`` (the constructor's defaults are
+``spec``'s); docs/scheduler.md."""
+
+
+def positive(name: str, value: int) -> int:
+    """``value`` if it is a positive int, else a ValueError naming ``name``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+class StepScheduler(FastSteps, Scheduler):
+    """The one scheduler; its policy is the flags it is built with."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        sample_fn: Sampler | None = None,
+        eos_token_id: int | None = None,
+        *,
+        sample_many: ManySampler | None = None,
+        keep_finished: bool = True,
+        enable_prefix_caching: bool = False,
+        admit_after_preemption: bool = True,
+        reserve_full_isl: bool = False,
+        long_prefill_token_threshold: int = 0,
+        priority: bool = False,
+    ) -> None:
+        self.blocks = KVManager(
+            positive("num_blocks", num_blocks),
+            positive("block_size", block_size),
+            caching=enable_prefix_caching,
+        )
+        """The KV blocks: counted, or with identities and a prefix cache."""
+        self.max_num_seqs = positive("max_num_seqs", max_num_seqs)
+        self.max_num_batched_tokens = positive("max_num_batched_tokens", max_num_batched_tokens)
+        self.admit_after_preemption = admit_after_preemption
+        """Admit waiting sequences in a step that preempted someone."""
+        self.reserve_full_isl = reserve_full_isl
+        """Admit only when blocks for all known tokens are free."""
+        if long_prefill_token_threshold < 0:
+            raise ValueError("long_prefill_token_threshold must be >= 0")
+        self.long_prefill_token_threshold = long_prefill_token_threshold
+        """Most tokens of one sequence per step when others wait or run (0: no cap)."""
+        self.priority = priority
+        """Serve by ``(priority, arrival)`` instead of first come first served."""
+        if sample_fn is None and eos_token_id is not None:
+            raise ValueError("eos_token_id needs a sample_fn (only sampling can reveal an EOS)")
+        self.sample_fn = sample_fn
+        """The model's next token of a sequence, or None: tokens are only counted."""
+        self.eos_token_id = eos_token_id
+        self.sample_many = sample_many
+        """``sample_many(seq, k)``: the next ``k`` tokens ``sample_fn`` would give, at once;
+        with ``sample_fn`` it enables ``fast_step()`` (with no EOS, which only sampling can
+        reveal)."""
+        self.keep_finished = keep_finished
+        """Keep finished sequences in ``finished`` (False: forget them once returned)."""
+        self.waiting: FCFSQueue | PriorityQueue = PriorityQueue() if priority else FCFSQueue()
+        """Sequences waiting for admission, in service order."""
+        self._running: list[Sequence] = []
+        self.finished: list[Sequence] = []
+        """Finished sequences, in finishing order (only with ``keep_finished``)."""
+        self._num_preemptions = 0
+        self._num_added = 0
+        self._known: set[Hashable] = set()
+        self._plan: StepPlan | None = None
+        self._run: DecodeRun | None = None
+        self._finishing: list[Sequence] = []
+        self._fast_plan: StepPlan | None = None
+        self._sampled: list[Sequence] = []
+        self._memo = None
+
+    @classmethod
+    def vllm_v1(cls, *args: Any, **flags: Any) -> StepScheduler:
+        """The ``vllm-v1`` preset, with ``flags`` overriding its own (the arguments are the
+        constructor's)."""
+        return cls(*args, **{**PRESETS["vllm-v1"], **flags})
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def num_blocks(self) -> int:
+        """KV blocks in the cache."""
+        return self.blocks.num_blocks
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV block."""
+        return self.blocks.block_size
+
+    @property
+    def num_blocks_used(self) -> int:
+        """KV blocks held by running sequences."""
+        return self.blocks.num_used
+
+    blocks_used = num_blocks_used
+    """The spec's name for ``num_blocks_used``."""
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Free blocks whose contents the prefix cache keeps for reuse."""
+        return self.blocks.num_cached_free
+
+    @property
+    def num_running(self) -> int:
+        """Sequences admitted and not finished."""
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        """Sequences waiting for admission."""
+        return len(self.waiting)
+
+    @property
+    def num_preemptions(self) -> int:
+        """Preemptions so far."""
+        return self._num_preemptions
+
+    @property
+    def running(self) -> list[Sequence]:
+        """Running sequences in admission order (settles deferred decode steps)."""
+        self._settle()
+        return self._running
+
+    def has_work(self) -> bool:
+        """Whether any sequence is waiting or running."""
+        return bool(self._running or self.waiting)
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """Blocks needed to hold ``num_tokens`` tokens of KV."""
+        return self.blocks.blocks_for(num_tokens)
+
+    # -- adding sequences ------------------------------------------------------------------
+
+    def rejection_reason(self, seq: Sequence) -> str | None:
+        """Why ``seq`` can never fit (its largest KV footprint exceeds the cache), or None."""
+        need = self.blocks_for(seq.max_kv_tokens)
+        if need <= self.num_blocks:
+            return None
+        return (
+            f"needs {need} KV blocks for {seq.max_kv_tokens} tokens (prompt {seq.prompt_len} "
+            f"+ output {seq.max_tokens} - 1), cache has {self.num_blocks}"
+        )
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a new sequence (behind earlier ones of its priority)."""
+        if seq.num_output:
+            raise ValueError(f"sequence {seq.seq_id!r} is not new (status {seq.status.value})")
+        self._enqueue(seq)
+
+    def add_prefilled(self, seq: Sequence) -> None:
+        """Queue a sequence that arrives with its prompt computed elsewhere (the KV of every
+        token but its last sampled one). It is admitted like any other, when the blocks for
+        that KV are free, and decodes its next token in that step; a later preemption drops
+        the KV as usual and recomputes it here."""
+        if not seq.output:
+            raise ValueError(f"sequence {seq.seq_id!r} has sampled no token: not prefilled")
+        if self.blocks.caching:
+            # admission starts from a cache lookup, which knows nothing of KV that came in
+            raise ValueError("prefilled sequences need prefix caching off")
+        self._enqueue(seq)
+        seq.num_computed = seq.num_tokens - 1
+
+    def _enqueue(self, seq: Sequence) -> None:
+        if seq.seq_id in self._known:
+            raise ValueError(f"sequence {seq.seq_id!r} was already added")
+        if seq.status is not SequenceStatus.WAITING or seq.num_computed:
+            raise ValueError(f"sequence {seq.seq_id!r} is not new (status {seq.status.value})")
+        reason = self.rejection_reason(seq)
+        if reason is not None:
+            raise ValueError(f"sequence {seq.seq_id!r} can never fit: {reason}")
+        self._known.add(seq.seq_id)
+        seq.arrival_order = self._num_added
+        self._num_added += 1
+        self.waiting.add(seq)
+
+    # -- the step --------------------------------------------------------------------------
+
+    def schedule(self) -> StepPlan:
+        """Plan one step: running sequences first, then admissions (unless someone was
+        preempted and the policy says wait), under one token budget."""
+        self._settle()
+        self._run = self._memo = None  # the step may change anything: the group starts anew
+        cap = self._cap()
+        plan = StepPlan([], [], [], 0, [])
+        budget = self._plan_running(plan, cap)
+        if self.admit_after_preemption or not plan.preempted:
+            self._admit(plan, budget, cap)
+        self._plan = plan
+        return plan
+
+    def _cap(self) -> int:
+        """``long_prefill_token_threshold`` when more than one sequence runs or waits."""
+        if len(self._running) + len(self.waiting) <= 1:
+            return 0
+        return self.long_prefill_token_threshold
+
+    def _plan_running(self, plan: StepPlan, cap: int) -> int:
+        """Phase 1: each running sequence in order takes its tokens (capped) while budget
+        lasts, preempting from the tail when its blocks are missing; returns the budget left."""
+        budget = self.max_num_batched_tokens
+        running, blocks = self._running, self.blocks
+        limit, caching = blocks.block_size, blocks.caching
+        # an index loop, because preemption shortens ``running`` under our feet
+        i = 0
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            c = seq.num_computed
+            n = seq.num_tokens - c
+            if 0 < cap < n:
+                n = cap
+            if n > budget:
+                n = budget
+            # the common case, a decode inside its last block, needs no new block: no call
+            if c + n > seq.num_blocks * limit:
+                fits, refund, dropped = self._make_room(seq, n, plan)
+                budget += refund
+                i -= dropped
+                if not fits:
+                    continue  # it preempted itself: running got shorter, the index stays
+            elif caching and (c + n) // limit > blocks.cached.get(seq, 0):
+                blocks.cache_full(seq, c + n)  # no new block, but the step fills one
+            plan.seqs.append(seq)
+            plan.num_new_tokens.append(n)
+            plan.context_lens.append(c)
+            budget -= n
+            i += 1
+        return budget
+
+    def _make_room(self, seq: Sequence, n: int, plan: StepPlan) -> tuple[bool, int, int]:
+        """Grow ``seq`` by ``n`` tokens, preempting victims until it fits: ``(fits, tokens
+        given back, scheduled sequences dropped)`` (victims already planned leave the plan)."""
+        refund = dropped = 0
+        while not self.blocks.grow(seq, seq.num_computed + n):
+            victim = self._victim()
+            if self.priority and victim in plan.seqs:  # fcfs victims come later
+                k = plan.seqs.index(victim)
+                del plan.seqs[k], plan.context_lens[k]
+                refund += plan.num_new_tokens.pop(k)
+                dropped += 1
+            self._preempt(victim)
+            plan.preempted.append(victim)
+            if victim is seq:
+                return False, refund, dropped
+        return True, refund, dropped
+
+    def _victim(self) -> Sequence:
+        if not self.priority:
+            return self._running[-1]
+        return max(self._running, key=lambda s: (s.priority, s.arrival_order))
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Recompute preemption: drop the KV, keep the output, back to the waiting queue."""
+        self._running.remove(seq)
+        self.blocks.free(seq)
+        seq.num_computed = 0
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        self._num_preemptions += 1
+        self.waiting.prepend(seq)
+
+    def _admit(self, plan: StepPlan, budget: int, cap: int) -> None:
+        """Phase 2: admit from the head of ``waiting`` until one does not fit (the head
+        blocks everybody behind it)."""
+        waiting, running, blocks = self.waiting, self._running, self.blocks
+        caching, reserve = blocks.caching, self.reserve_full_isl
+        while waiting and budget > 0 and len(running) < self.max_num_seqs:
+            seq = waiting[0]
+            hits = self._lookup(seq) if caching else []
+            start = len(hits) * blocks.block_size if caching else seq.num_computed
+            n = seq.num_tokens - start
+            if 0 < cap < n:
+                n = cap
+            if n > budget:
+                n = budget
+            if reserve and blocks.num_needed(seq, seq.num_tokens, hits) > blocks.num_free:
+                break
+            if not (blocks.admit(seq, start + n, hits) if hits else blocks.grow(seq, start + n)):
+                break
+            waiting.pop()
+            running.append(seq)
+            seq.status = SequenceStatus.RUNNING
+            seq.num_computed = start
+            if seq.num_cached_tokens < 0:
+                seq.num_cached_tokens = start if caching else 0
+            plan.seqs.append(seq)
+            plan.num_new_tokens.append(n)
+            plan.context_lens.append(start)
+            plan.num_admitted += 1
+            budget -= n
+
+    # -- applying the step ----------------------------------------------------------------
+
+    def update(self) -> list[Sequence]:
+        """Apply the last plan: advance KV, sample completed sequences, retire finished ones
+        (in plan order, freeing their blocks tail first)."""
+        plan = self._plan
+        if plan is None:
+            raise RuntimeError("update() without a schedule()")
+        self._plan = None
+        done = self._apply(plan)
+        for seq in done:
+            self._retire(seq)
+        self._sampled = plan.sampled
+        return done
+
+    def _apply(self, plan: StepPlan) -> list[Sequence]:
+        """Advance the KV of ``plan.seqs``, sample those that computed all their tokens (into
+        ``plan.sampled``); return those that finished, in plan order."""
+        done: list[Sequence] = []
+        sampled = plan.sampled
+        eos = self.eos_token_id
+        sample_fn = self.sample_fn
+        for seq, n in zip(plan.seqs, plan.num_new_tokens, strict=True):
+            seq.num_computed += n
+            if seq.num_computed == seq.num_tokens:
+                if sample_fn is not None:
+                    tok = sample_fn(seq)
+                    seq.output.append(tok)
+                    if tok == eos:
+                        seq.num_tokens += 1
+                        sampled.append(seq)
+                        done.append(seq)
+                        continue
+                seq.num_tokens += 1
+                sampled.append(seq)
+                if seq.num_tokens - seq.prompt_len >= seq.max_tokens:
+                    done.append(seq)
+        return done
+
+    def _retire(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.FINISHED
+        self._running.remove(seq)
+        self.blocks.free(seq)
+        if self.keep_finished:
+            self.finished.append(seq)
