@@ -40,6 +40,8 @@ def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = ""
     from simulator.cost.presets import derive_num_blocks, load_hardware, load_model
 
     gpus = named_gpus(cm, prefix)
+    # the cost config's weight/KV dtype keys (roofline, profiled) size weights and KV
+    dtypes = (getattr(cm, "weight_dtype", None), getattr(cm, "kv_dtype", None))
     if gpus is None:
         raise InputError(
             f"{prefix}scheduler.num_blocks: required with a cost model that names no model "
@@ -47,7 +49,7 @@ def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = ""
             "from GPU memory)"
         )
     return derive_num_blocks(
-        in_field(f"{gpus.where}model", load_model, gpus.model),
+        in_field(f"{gpus.where}model", lambda m: load_model(m, *dtypes), gpus.model),
         in_field(f"{gpus.where}hardware", load_hardware, gpus.hardware),
         gpus.tp,
         sched.block_size,

@@ -33,7 +33,17 @@ PUBLISHED_B = {
 def test_list_presets_has_every_required_name_sorted() -> None:
     presets = list_presets()
     assert presets["models"] == sorted(PUBLISHED_B)
-    assert presets["hardware"] == ["a100-80gb", "h100-sxm", "h200", "rtx-4090", "rtx-pro-6000"]
+    assert presets["hardware"] == [
+        "a100-80gb",
+        "b200",
+        "h100-sxm",
+        "h200",
+        "l4",
+        "l40s",
+        "mi300x",
+        "rtx-4090",
+        "rtx-pro-6000",
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_B))

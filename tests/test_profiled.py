@@ -310,8 +310,10 @@ def test_bundle_level_errors(bundle: Path) -> None:
     with pytest.raises(InputError, match=r"no tp2/ folder \(profiled: tp1\)"):
         read_profile(bundle, "llmservingsim", 2)
     (bundle / "tp1" / "moe.csv").write_text("tokens,activated_experts,time_us\n1,8,5.0\n")
-    with pytest.raises(InputError, match="MoE profiles are not supported"):
-        read_profile(bundle, "llmservingsim", 1)
+    # an MoE table is read now, and a dense model refuses to be priced with one
+    assert read_profile(bundle, "llmservingsim", 1).moe is not None
+    with pytest.raises(InputError, match="has moe.csv, but model llama-3.1-8b has no experts"):
+        profiled(bundle)
     (bundle / "tp1" / "moe.csv").unlink()
     (bundle / "meta.yaml").write_text("a: [1,\n")
     with pytest.raises(InputError, match=r"meta\.yaml:2: invalid YAML"):

@@ -12,13 +12,18 @@ import os
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ValidationError
 
+from simulator.cost.hardware_spec import HardwareSpec
+from simulator.cost.hf_config import read_hf_config
+from simulator.cost.model_spec import DTYPE_BYTES, Dtype, ModelSpec
 from simulator.errors import InputError
 from simulator.strict_types import find_loose_scalar
 from simulator.yaml_file import read_yaml_file
 
 __all__ = [
+    "DTYPE_BYTES",
+    "Dtype",
     "HardwareSpec",
     "ModelSpec",
     "activation_peak_bytes",
@@ -30,132 +35,6 @@ __all__ = [
 ]
 
 _YAML_SUFFIXES = (".yaml", ".yml")
-
-
-class ModelSpec(BaseModel):
-    """Shape of a dense decoder-only transformer, enough to count parameters, FLOPs and KV bytes."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    """Short identifier, e.g. ``llama-2-7b``."""
-    source: str
-    """Where the shape comes from (e.g. the Hugging Face ``config.json`` of the checkpoint)."""
-    num_layers: int = Field(gt=0)
-    """Transformer blocks (``num_hidden_layers``)."""
-    hidden_size: int = Field(gt=0)
-    """Residual-stream width (``hidden_size``)."""
-    num_heads: int = Field(gt=0)
-    """Query heads (``num_attention_heads``)."""
-    num_kv_heads: int = Field(gt=0)
-    """Key/value heads (``num_key_value_heads``; equal to ``num_heads`` without GQA)."""
-    head_dim: int = Field(gt=0)
-    """Width of one attention head."""
-    intermediate_size: int = Field(gt=0)
-    """MLP hidden width (``intermediate_size``; ``4 * hidden_size`` for BLOOM)."""
-    vocab_size: int = Field(gt=0)
-    """Vocabulary size (rows of the embedding and of the LM head)."""
-    dtype_bytes: int = Field(default=2, gt=0)
-    """Bytes per weight and per KV element (2 for bf16/fp16)."""
-    gated_mlp: bool = True
-    """SwiGLU-style MLP with gate, up and down matrices; ``False`` means up and down only."""
-    tie_embeddings: bool = False
-    """The LM head reuses the input embedding matrix (counted once in ``num_params``)."""
-
-    @model_validator(mode="after")
-    def _heads_divide(self) -> ModelSpec:
-        # GQA groups query heads evenly over KV heads; anything else is a typo in the preset.
-        if self.num_heads % self.num_kv_heads != 0:
-            raise ValueError(
-                f"num_heads ({self.num_heads}) must be a multiple of "
-                f"num_kv_heads ({self.num_kv_heads})"
-            )
-        return self
-
-    @property
-    def attn_params_per_layer(self) -> int:
-        """Weights of Q, K, V and O projections in one layer (biases ignored)."""
-        q_out = self.num_heads * self.head_dim
-        kv_out = self.num_kv_heads * self.head_dim
-        return self.hidden_size * (q_out + 2 * kv_out) + q_out * self.hidden_size
-
-    @property
-    def mlp_params_per_layer(self) -> int:
-        """Weights of the MLP in one layer (3 matrices if gated, else 2)."""
-        mats = 3 if self.gated_mlp else 2
-        return mats * self.hidden_size * self.intermediate_size
-
-    @property
-    def embedding_params(self) -> int:
-        """Weights of the input embedding table."""
-        return self.vocab_size * self.hidden_size
-
-    @property
-    def num_params(self) -> int:
-        """Total weights: embeddings, all layers' attention and MLP, and an untied LM head.
-
-        Norm weights and biases are left out: they are < 0.1% of any preset here.
-        """
-        layers = self.num_layers * (self.attn_params_per_layer + self.mlp_params_per_layer)
-        lm_head = 0 if self.tie_embeddings else self.embedding_params
-        return self.embedding_params + layers + lm_head
-
-    @property
-    def matmul_params(self) -> int:
-        """Weights that take part in a matmul per token: all layers plus the LM head.
-
-        The embedding lookup is a gather, not a matmul; a tied LM head still is a matmul.
-        """
-        layers = self.num_layers * (self.attn_params_per_layer + self.mlp_params_per_layer)
-        return layers + self.vocab_size * self.hidden_size
-
-    @property
-    def weight_bytes(self) -> int:
-        """Bytes of all weights at ``dtype_bytes`` each."""
-        return self.num_params * self.dtype_bytes
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes one token occupies across all layers (K and V)."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
-
-    @property
-    def attention_flops_per_pair(self) -> float:
-        """Attention FLOPs of one (query, key) pair over all layers: QK^T and AV, 2 matmuls x
-        2 FLOPs per multiply-add, per head."""
-        return 4.0 * self.num_layers * self.num_heads * self.head_dim
-
-    @property
-    def flops_per_token_matmul(self) -> float:
-        """Dense-matmul FLOPs to compute one token (2 per multiply-add per matmul weight)."""
-        return 2.0 * self.matmul_params
-
-
-class HardwareSpec(BaseModel):
-    """One GPU's peak numbers, as the roofline cost model and the KV-block budget need them."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    """Short identifier, e.g. ``a100-80gb``."""
-    source: str
-    """Where the numbers come from (vendor datasheet)."""
-    peak_flops: float = Field(gt=0)
-    """Dense (no sparsity) bf16 tensor-core FLOP/s of one GPU."""
-    hbm_bandwidth: float = Field(gt=0)
-    """HBM bandwidth of one GPU, bytes/s."""
-    memory_bytes: int = Field(gt=0)
-    """HBM capacity of one GPU, bytes (presets use decimal GB: 80 GB = 80e9, unless the source
-    gives the bytes the CUDA driver reports)."""
-    interconnect_bandwidth: float | None = Field(default=None, gt=0)
-    """Per-GPU one-way bandwidth of the link tensor-parallel all-reduces use, bytes/s."""
-    allreduce_latency_us: float | None = Field(default=None, ge=0)
-    """Fixed latency of one small all-reduce between these GPUs, microseconds."""
-    cost_per_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    """Dollars per GPU-hour (on-demand cloud rental), for ``servesim search``'s cost columns;
-    None if unknown (``search --gpu-cost NAME=USD`` sets or overrides it)."""
-    cost_source: str | None = None
-    """Where ``cost_per_hour`` comes from, and when."""
 
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -238,9 +117,16 @@ def load_yaml_model(path: Path, cls: type[_M]) -> _M:
     return model
 
 
-def load_model(name_or_path: str) -> ModelSpec:
-    """Model shape from a preset name (``configs/models/<name>.yaml``) or a YAML path."""
-    return load_yaml_model(resolve_preset("models", name_or_path), ModelSpec)
+def load_model(
+    name_or_path: str, weight_dtype: Dtype | None = None, kv_dtype: Dtype | None = None
+) -> ModelSpec:
+    """Model shape from a preset name (``configs/models/<name>.yaml``), a YAML path, or the
+    path of a Hugging Face ``config.json``; ``weight_dtype`` / ``kv_dtype`` override its own."""
+    if name_or_path.endswith(".json"):
+        spec = read_hf_config(name_or_path)
+    else:
+        spec = load_yaml_model(resolve_preset("models", name_or_path), ModelSpec)
+    return spec.with_dtypes(weight_dtype, kv_dtype)
 
 
 def load_hardware(name_or_path: str) -> HardwareSpec:
@@ -268,10 +154,21 @@ def activation_peak_bytes(
     CUDA graphs are not counted: docs/cost_models.md compares the result with a real run."""
     m, d = model, model.dtype_bytes
     qkv = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim // tp
-    forward = max_num_batched_tokens * d * (2 * m.hidden_size + qkv + 3 * m.intermediate_size // tp)
+    forward = max_num_batched_tokens * d * (2 * m.hidden_size + qkv + _mlp_transient(m, tp))
     rows = min(max_num_seqs, max_num_batched_tokens)
     sampler = rows * m.vocab_size * (d + 4 * 4 + 8)
     return max(forward, sampler + max_num_batched_tokens * m.hidden_size * d)
+
+
+def _mlp_transient(m: ModelSpec, tp: int) -> int:
+    """Per token, the largest MLP's elements alive at once on one GPU: a dense MLP's gate/up
+    output and activation (``3 I / tp``); an MoE layer's fused-experts buffers, per routed
+    copy of the token, its gate/up output, activation and output (``k (3 I_e / tp + h)``)."""
+    dense = 3 * m.intermediate_size // tp if m.num_dense_layers else 0
+    if not m.is_moe:
+        return dense
+    k, width = m.num_experts_per_tok or 0, m.moe_intermediate_size or 0
+    return max(dense, k * (3 * width // tp + m.hidden_size))
 
 
 def derive_num_blocks(
@@ -283,14 +180,16 @@ def derive_num_blocks(
     *,
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
+    ep: int | None = None,
 ) -> int:
     """KV-cache blocks that fit after the weights and the activation peak, as vLLM sizes its
     cache: per GPU, ``gpu_memory_utilization`` x memory - the weights' shard - the activation
     peak of a ``max_num_batched_tokens`` step (``activation_peak_bytes``, when both budgets
     are given), divided by a block's bytes on one GPU (its share of the KV heads).
 
-    Weights and KV heads are both sharded over the ``tp`` GPUs; KV-head replication when
-    ``tp > num_kv_heads`` is ignored."""
+    Weights and KV heads are both sharded over the ``tp`` GPUs (routed experts over ``ep``,
+    default ``tp``: ``ModelSpec.weight_bytes_per_gpu``); MLA's latent KV is kept whole on
+    every GPU; KV-head replication when ``tp > num_kv_heads`` is ignored."""
     if tp < 1:
         raise InputError(f"tp must be >= 1, got {tp}")
     if block_size < 1:
@@ -300,8 +199,9 @@ def derive_num_blocks(
     activations = 0
     if max_num_batched_tokens is not None and max_num_seqs is not None:
         activations = activation_peak_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
-    free = hw.memory_bytes * gpu_memory_utilization - model.weight_bytes / tp - activations
-    blocks = math.floor(free / (model.kv_bytes_per_token / tp * block_size))
+    weights = model.weight_bytes_per_gpu(tp, ep)
+    free = hw.memory_bytes * gpu_memory_utilization - weights - activations
+    blocks = math.floor(free / (model.kv_bytes_per_token_per_gpu(tp) * block_size))
     if blocks <= 0:
         raise InputError(
             f"model {model.name} ({model.weight_bytes / 1e9:.1f} GB of weights) leaves no room "

@@ -25,8 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.cost.batch import Batch, StepSums
 from simulator.cost.interface import CostModel
-from simulator.cost.presets import HardwareSpec, ModelSpec
+from simulator.cost.presets import Dtype, HardwareSpec, ModelSpec
 from simulator.cost.profiles import Curve, OperatorProfile, ProfileFormat
+from simulator.cost.profiles.moe import MoeTable
 from simulator.errors import InputError, warn
 
 
@@ -60,6 +61,11 @@ class ProfiledCostConfig(BaseModel):
     hardware preset's (with neither, ``tp > 1`` leaves the all-reduces out, with a warning)."""
     allreduce_latency_us: float | None = Field(default=None, ge=0)
     """Fixed latency of one all-reduce, microseconds; default: the hardware preset's, else 0."""
+    weight_dtype: Dtype | None = None
+    """Dtype of the weights the profile was measured with, overriding the model's: the KV
+    budget's weight bytes (the profile's times are what they are)."""
+    kv_dtype: Dtype | None = None
+    """Dtype of the KV cache, overriding the model's: the KV budget and roofline attention."""
     skew: bool = True
     """Apply the profile's skew correction where it has one (LLMServingSim's ``skew_fit``:
     decodes of different contexts are slower than at their mean). It needs each decode's
@@ -80,14 +86,17 @@ class ProfiledCostModel(CostModel):
                 f"cost_model.tp: {cfg.tp} does not divide num_heads={model.num_heads} "
                 f"of model {model.name}"
             )
+        model = model.with_dtypes(cfg.weight_dtype, cfg.kv_dtype)
         _check_shape(profile, model)
         self.cfg, self.model, self.hw, self.profile = cfg, model, hw, profile
         self.num_layers = model.num_layers
         self._compute_rate = hw.peak_flops * cfg.compute_efficiency
         self._memory_rate = hw.hbm_bandwidth * cfg.memory_efficiency
         comm_fixed, comm_per_token = self._allreduce_constants()
+        self._moe = _moe_table(profile, model)
+        # an MoE model's dense MLP operators run in its dense layers only
         tokens = _weighted_sum(
-            [(calls * model.num_layers, c) for calls, c in profile.per_layer.values()]
+            [(calls * _layers_of(name, model), c) for name, (calls, c) in profile.per_layer.items()]
             + [(1, c) for c in profile.per_step.values()]
         )
         if tokens is None:
@@ -96,9 +105,10 @@ class ProfiledCostModel(CostModel):
         # one entry per token count 0..max profiled: all token-parallel work and the all-reduces
         counts = np.arange(int(self._tokens.hi) + 1)
         self._comm = (comm_fixed, comm_per_token)
-        self._token_table = (
-            self._tokens.table(counts) + comm_fixed + comm_per_token * counts
-        ).tolist()
+        token_times = self._tokens.table(counts) + comm_fixed + comm_per_token * counts
+        if self._moe is not None:  # the MoE layers, by the step's tokens (no-op for dense)
+            token_times = token_times + np.array([self._moe_time(int(n)) for n in counts])
+        self._token_table = token_times.tolist()
         self._seqs = _weighted_sum([(1, c) for c in profile.per_sequence.values()])
         self._roofline_head = "lm_head" not in profile.per_sequence
         # up to the most profiled sequences; with none profiled (the roofline's LM head), 4096
@@ -131,6 +141,14 @@ class ProfiledCostModel(CostModel):
         num = 2 * model.num_layers
         ring = 2.0 * (cfg.tp - 1) / cfg.tp  # a ring all-reduce sends this much of the buffer
         return num * latency * 1e-6, num * ring * model.hidden_size * model.dtype_bytes / bandwidth
+
+    def _moe_time(self, tokens: int) -> float:
+        """All MoE layers of a step of ``tokens`` tokens on this rank: ``moe.csv`` at the
+        tokens and the expected distinct experts they touch (uniform routing)."""
+        if self._moe is None or tokens <= 0:
+            return 0.0
+        experts = self.model.expected_distinct_experts(tokens)
+        return self.model.num_moe_layers * self._moe.at(tokens, experts)
 
     def _sequence_times(self, seqs: np.ndarray) -> np.ndarray:
         """Per-sequence work of ``seqs`` sequences: the profiled operators, and the LM head's
@@ -246,7 +264,7 @@ class ProfiledCostModel(CostModel):
             return table[tokens]
         self._extrapolating(f"{tokens} tokens beyond the profiled {self._tokens.hi:g}")
         fixed, per_token = self._comm
-        return self._tokens.at(tokens) + fixed + per_token * tokens
+        return self._tokens.at(tokens) + fixed + per_token * tokens + self._moe_time(tokens)
 
     def _sequence_time(self, seqs: int) -> float:
         table = self._seq_table
@@ -275,7 +293,7 @@ class ProfiledCostModel(CostModel):
             pairs, read = counts
             m, tp = self.model, self.cfg.tp
             flops = m.attention_flops_per_pair / tp * pairs
-            nbytes = m.kv_bytes_per_token / tp * read
+            nbytes = m.kv_bytes_per_token_per_gpu(tp) * read
             return max(flops / self._compute_rate, nbytes / self._memory_rate)
         limits = self._limits
         if pc > limits[2] or kvp > limits[3] or nd > limits[4] or kvd > limits[5]:
@@ -309,6 +327,29 @@ def _weighted_sum(parts: list[tuple[int, Curve]]) -> Curve | None:
     points = np.asarray(xs)
     total = sum(w * c.table(points) for w, c in parts)
     return Curve(xs, np.asarray(total).tolist())
+
+
+_MLP_OPERATORS = ("gate_up_proj", "act_fn", "down_proj")
+
+
+def _layers_of(operator: str, model: ModelSpec) -> int:
+    """Layers a per-layer operator runs in: all, but a dense MLP's only in the dense layers."""
+    return model.num_dense_layers if operator in _MLP_OPERATORS else model.num_layers
+
+
+def _moe_table(profile: OperatorProfile, model: ModelSpec) -> MoeTable | None:
+    """The profile's MoE table when the model has experts; a mismatch either way -> error."""
+    if profile.moe is not None and not model.is_moe:
+        raise InputError(
+            f"cost_model.profile: {profile.source}: has moe.csv, but model {model.name} has no "
+            "experts (an MoE model's shape: num_experts, num_experts_per_tok, ...)"
+        )
+    if profile.moe is None and model.is_moe:
+        raise InputError(
+            f"cost_model.profile: {profile.source}: no moe.csv to price the experts of MoE "
+            f"model {model.name}"
+        )
+    return profile.moe
 
 
 def _check_shape(profile: OperatorProfile, model: ModelSpec) -> None:

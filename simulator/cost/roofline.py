@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.cost.batch import Batch, StepSums
 from simulator.cost.interface import CostModel
-from simulator.cost.presets import HardwareSpec, ModelSpec
+from simulator.cost.presets import Dtype, HardwareSpec, ModelSpec
 from simulator.errors import InputError
 
 _MS = 1e-3
@@ -42,6 +42,11 @@ class RooflineCostConfig(BaseModel):
     """Per-GPU one-way link bandwidth for ring all-reduce, bytes/s; ``None`` ignores it."""
     allreduce_latency_us: float = Field(default=0.0, ge=0)
     """Fixed latency of one all-reduce (two per layer when ``tp > 1``), microseconds."""
+    weight_dtype: Dtype | None = None
+    """Dtype of the linear layers' weights (bf16, fp16, fp8, fp4), overriding the model's;
+    their bytes at its size and their matmuls at the GPU's peak for it."""
+    kv_dtype: Dtype | None = None
+    """Dtype of the KV cache, overriding the model's (bytes per element)."""
 
 
 class RooflineCostModel(CostModel):
@@ -56,16 +61,30 @@ class RooflineCostModel(CostModel):
                 f"cost_model.tp: {cfg.tp} does not divide num_heads={model.num_heads} "
                 f"of model {model.name}"
             )
+        model = model.with_dtypes(cfg.weight_dtype, cfg.kv_dtype)
         self.cfg, self.model, self.hw = cfg, model, hw
         tp = cfg.tp
+        # matmuls run at the weights' dtype peak, attention at the activations' (bf16); both
+        # are counted in matmul-rate FLOPs (a factor of exactly 1.0 when the peaks agree)
+        mm_peak = matmul_peak(model, hw, "cost_model.weight_dtype" if cfg.weight_dtype else "")
+        attn_scale = mm_peak / hw.peak_flops
         self._mm_flops_per_token = model.flops_per_token_matmul / tp
-        self._attn_flops_per_pair = model.attention_flops_per_pair / tp
-        self._weight_bytes = model.weight_bytes / tp
-        self._kv_bytes_per_token = model.kv_bytes_per_token / tp
-        self._compute_rate = hw.peak_flops * cfg.compute_efficiency
+        self._attn_flops_per_pair = model.attention_flops_per_pair / tp * attn_scale
+        # MLA decodes attend over the latent (more FLOPs per pair than a prefill's)
+        extra = model.decode_attention_flops_per_pair - model.attention_flops_per_pair
+        self._decode_extra_flops = extra / tp * attn_scale if model.is_mla else 0.0
+        # routed experts: only those the step's tokens touch are read (ModelSpec)
+        self._weight_bytes = (model.weight_bytes - model.routed_expert_bytes) / tp
+        if not model.is_moe:
+            self._weight_bytes = model.weight_bytes / tp  # the dense formula, as it was
+        self._moe = _expert_constants(model, tp)
+        self._kv_bytes_per_token = model.kv_bytes_per_token_per_gpu(tp)
+        self._compute_rate = mm_peak * cfg.compute_efficiency
         self._memory_rate = hw.hbm_bandwidth * cfg.memory_efficiency
         self._overhead = cfg.overhead_ms * _MS
         self._comm_per_token, self._comm_fixed = self._allreduce_constants(cfg, model)
+        # the plain dense step, or one with the MoE/MLA terms
+        self._plain = self._moe is None and not model.is_mla
 
     @staticmethod
     def _allreduce_constants(cfg: RooflineCostConfig, model: ModelSpec) -> tuple[float, float]:
@@ -81,39 +100,66 @@ class RooflineCostModel(CostModel):
         bytes_per_token = num_allreduces * ring * model.hidden_size * model.dtype_bytes
         return bytes_per_token / cfg.interconnect_bandwidth, fixed
 
-    @staticmethod
-    def _sums(batch: Batch) -> tuple[int, int, int]:
-        """(new tokens, context tokens, causal query-key pairs) of the batch."""
-        return sum(batch.new_tokens), sum(batch.context_lens), batch.attention_pairs()
+    def _sums(self, batch: Batch) -> tuple[int, int, int, int]:
+        """(new tokens, context tokens, causal query-key pairs, those of decodes) of the
+        batch (the last only for MLA, whose decode pairs cost more)."""
+        new, ctx = batch.new_tokens, batch.context_lens
+        decode_pairs = 0
+        if self._decode_extra_flops:
+            decode_pairs = sum(c + 1 for n, c in zip(new, ctx, strict=True) if n == 1)
+        return sum(new), sum(ctx), batch.attention_pairs(), decode_pairs
 
     def step_time(self, batch: Batch) -> float:
         """Seconds the step takes."""
-        tokens, ctx, pairs = self._sums(batch)
-        return self.time_sums((0, 0, tokens, ctx, 0, pairs))  # type: ignore[arg-type]
+        return self._time(*self._sums(batch))
 
     def time_sums(self, sums: StepSums) -> float:
-        """Seconds of a step with these sums (``step_time`` goes through here too)."""
-        # one call: the engine times most steps of a run here
+        """Seconds of a step with these sums (the same arithmetic as ``step_time``)."""
         tokens, ctx, pairs = sums[2], sums[3], sums[5]
+        if not self._plain:
+            # each decode sees its context and itself: decode pairs = decode_context + decodes
+            return self._time(tokens, ctx, pairs, sums[4] + sums[1])
+        # ``_time`` written out: the engine times most steps of a run here, and a call is a
+        # good part of its cost (tests compare both)
         flops = self._mm_flops_per_token * tokens + self._attn_flops_per_pair * pairs
         nbytes = self._weight_bytes + self._kv_bytes_per_token * (ctx + tokens)
         t_compute, t_memory = flops / self._compute_rate, nbytes / self._memory_rate
         t_roof = t_memory if t_memory > t_compute else t_compute  # max(), without the call
         return t_roof + self._comm_fixed + self._comm_per_token * tokens + self._overhead
 
+    def _time(self, tokens: int, ctx: int, pairs: int, decode_pairs: int = 0) -> float:
+        flops = self._mm_flops_per_token * tokens + self._attn_flops_per_pair * pairs
+        nbytes = self._weight_bytes + self._kv_bytes_per_token * (ctx + tokens)
+        if not self._plain:
+            flops += self._decode_extra_flops * decode_pairs
+            nbytes += self._expert_bytes(tokens)
+        t_compute, t_memory = flops / self._compute_rate, nbytes / self._memory_rate
+        t_roof = t_memory if t_memory > t_compute else t_compute  # max(), without the call
+        return t_roof + self._comm_fixed + self._comm_per_token * tokens + self._overhead
+
+    def _expert_bytes(self, tokens: int) -> float:
+        """Per-GPU bytes of the routed experts ``tokens`` routed tokens touch, all layers."""
+        if self._moe is None:
+            return 0.0
+        keep, all_bytes = self._moe  # P(an expert is missed by one token), all experts' bytes
+        return all_bytes * (1.0 - keep**tokens) if tokens > 0 else 0.0
+
     def breakdown(self, batch: Batch) -> dict[str, float]:
-        """Per-GPU FLOPs, bytes and the time terms (seconds) behind ``step_time``."""
-        tokens, ctx, pairs = self._sums(batch)
+        """Per-GPU FLOPs (in matmul-rate units), bytes and the time terms (seconds) behind
+        ``step_time``."""
+        tokens, ctx, pairs, decode_pairs = self._sums(batch)
         flops_matmul = self._mm_flops_per_token * tokens
-        flops_attn = self._attn_flops_per_pair * pairs
+        flops_attn = self._attn_flops_per_pair * pairs + self._decode_extra_flops * decode_pairs
         bytes_kv = self._kv_bytes_per_token * (ctx + tokens)
+        bytes_weights = self._weight_bytes + self._expert_bytes(tokens)
         t_compute = (flops_matmul + flops_attn) / self._compute_rate
-        t_memory = (self._weight_bytes + bytes_kv) / self._memory_rate
+        t_memory = (bytes_weights + bytes_kv) / self._memory_rate
         t_comm = self._comm_fixed + self._comm_per_token * tokens
         return {
             "flops_matmul": flops_matmul,
             "flops_attn": flops_attn,
-            "bytes_weights": self._weight_bytes,
+            "bytes_weights": bytes_weights,
+            "bytes_experts": self._expert_bytes(tokens),
             "bytes_kv": bytes_kv,
             "t_compute": t_compute,
             "t_memory": t_memory,
@@ -121,3 +167,24 @@ class RooflineCostModel(CostModel):
             "t_overhead": self._overhead,
             "t": max(t_compute, t_memory) + t_comm + self._overhead,
         }
+
+
+def matmul_peak(model: ModelSpec, hw: HardwareSpec, field: str = "") -> float:
+    """The GPU's dense peak FLOP/s for the model's matmuls: at its weight dtype when one is
+    set (fp8 weights run fp8 GEMMs), else bf16; a dtype the GPU lacks -> ``InputError`` naming
+    ``field`` (default: the model's)."""
+    if model.weight_dtype is None:
+        return hw.peak_flops
+    try:
+        return hw.peak_flops_for(model.weight_dtype)
+    except InputError as err:
+        where = field or f"cost_model.model: {model.name}: weight_dtype {model.weight_dtype}"
+        raise InputError(f"{where}: {err}") from None
+
+
+def _expert_constants(model: ModelSpec, tp: int) -> tuple[float, float] | None:
+    """(probability one token misses a given expert, per-GPU bytes of all routed experts):
+    a step of ``T`` tokens reads ``bytes * (1 - miss^T)`` (``ModelSpec.touched_expert_bytes``)."""
+    if not model.is_moe or model.num_experts is None or model.num_experts_per_tok is None:
+        return None
+    return 1.0 - model.num_experts_per_tok / model.num_experts, model.routed_expert_bytes / tp

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.config import ScenarioConfig, apply_overrides, validate
+from simulator.errors import InputError
 from simulator.explore.slo import Target
 
 RATE_KEY = "workload.arrival.rate"
@@ -123,6 +124,8 @@ def load_for(cfg: ScenarioConfig, start: float | None = None) -> Load:
         level = 1.0 / (start if start is not None else w.trace.time_scale)
         return Load(TIME_SCALE_KEY, level)
     assert w.arrival is not None
+    if w.arrival.rate is None:  # a changing rate has no one level to vary
+        raise InputError(f"workload.arrival: a search varies {RATE_KEY}; give it, not a schedule")
     if start is None:
         start = w.arrival.rate if math.isfinite(w.arrival.rate) else 1.0
     return Load(RATE_KEY, start)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.workload.arrivals import arrival_times, rate_schedule
 from simulator.workload.config import TraceConfig, WorkloadConfig
 from simulator.workload.replay import replay
-from simulator.workload.synthetic import arrival_times, check_empirical, draw, sample_lengths
+from simulator.workload.synthetic import check_empirical, draw, sample_lengths
 from simulator.workload.workload import Workload
 
 __all__ = [
@@ -30,8 +31,10 @@ def generate(cfg: WorkloadConfig, seed: np.random.SeedSequence) -> Workload:
 
 
 def check_inputs(cfg: WorkloadConfig) -> None:
-    """Read every file ``cfg`` names (a trace, empirical length tables), so that a missing
-    or malformed one is reported without simulating anything."""
+    """Read every file ``cfg`` names (a trace, a rate schedule, empirical length tables), so
+    that a missing or malformed one is reported without simulating anything."""
     if cfg.trace is not None:
         replay(cfg.trace)
+    if cfg.arrival is not None:
+        rate_schedule(cfg.arrival)  # reads a rate_schedule_csv
     check_empirical(cfg)

@@ -6,33 +6,87 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from simulator.workload.rate_schedule import schedule_check
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
+class DiurnalConfig(_Model):
+    """A day's shape: the rate follows a raised cosine from ``trough`` up to ``peak`` and back
+    once per ``period_s``, highest at ``peak_at_s`` (and every period after)."""
+
+    peak: float = Field(gt=0, allow_inf_nan=False)
+    """Highest rate, req/s."""
+    trough: float = Field(ge=0, allow_inf_nan=False)
+    """Lowest rate, req/s (0: no request at the bottom of the night)."""
+    period_s: float = Field(default=86400.0, gt=0, allow_inf_nan=False)
+    """Length of one cycle, seconds (a day; less compresses it)."""
+    peak_at_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """When the rate peaks, seconds from the start; None: half a period (the run starts at
+    the trough)."""
+
+    @model_validator(mode="after")
+    def _trough_le_peak(self) -> DiurnalConfig:
+        if self.trough > self.peak:
+            raise ValueError(f"trough ({self.trough}) must be <= peak ({self.peak})")
+        return self
+
+
+_RATE_KEYS = ("rate", "rate_schedule", "rate_schedule_csv", "diurnal")
+
+
 class ArrivalConfig(_Model):
-    """How requests arrive: a renewal process with mean inter-arrival time ``1 / rate``."""
+    """How requests arrive: a renewal process at a constant ``rate``, or at a rate that changes
+    over time (``rate_schedule``, ``rate_schedule_csv`` or ``diurnal``; exactly one of the four)
+    by time-rescaling."""
 
     process: Literal["poisson", "gamma", "constant"] = "poisson"
-    """Inter-arrival distribution: exponential, gamma (burstiness set by ``cv``) or fixed."""
-    rate: float = Field(gt=0)
+    """Inter-arrival distribution: exponential, gamma (burstiness set by ``cv``) or fixed; with
+    a changing rate, of the process in rescaled time (docs/workloads.md)."""
+    rate: float | None = Field(default=None, gt=0)
     """Mean arrival rate in requests per second; ``inf``: every request arrives at 0 (as
     ``benchmark_serving --request-rate inf``)."""
+    rate_schedule: list[tuple[float, float]] | None = None
+    """``[[t_s, rate], ...]``: the rate (req/s) is ``rate`` from each time ``t_s`` until the next
+    one, the last one from then on; times start at 0 and increase; rates ``>= 0``."""
+    rate_schedule_csv: str | None = None
+    """CSV file with columns ``time_s, rate``: the rate interpolated linearly between rows and
+    held at the last row's after it (same rules as ``rate_schedule``)."""
+    diurnal: DiurnalConfig | None = None
+    """The built-in daily shape."""
     cv: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     """Gamma only: coefficient of variation of inter-arrival times (1 = Poisson, >1 burstier)."""
 
     @field_validator("rate")
     @classmethod
-    def _not_nan(cls, value: float) -> float:
-        if math.isnan(value):
+    def _not_nan(cls, value: float | None) -> float | None:
+        if value is not None and math.isnan(value):
             raise ValueError("rate must be a number > 0 or inf")
         return value
 
+    @field_validator("rate_schedule")
+    @classmethod
+    def _valid_schedule(
+        cls, value: list[tuple[float, float]] | None
+    ) -> list[tuple[float, float]] | None:
+        if value is not None:
+            t = np.array([p[0] for p in value], dtype=np.float64)
+            why = schedule_check(t, np.array([p[1] for p in value], dtype=np.float64))
+            if why is not None:
+                raise ValueError(why)
+        return value
+
     @model_validator(mode="after")
-    def _cv_only_for_gamma(self) -> ArrivalConfig:
+    def _one_rate(self) -> ArrivalConfig:
+        given = [k for k in _RATE_KEYS if getattr(self, k) is not None]
+        if len(given) != 1:
+            got = f" (got {', '.join(given)})" if given else ""
+            raise ValueError(f"give exactly one of {', '.join(_RATE_KEYS)}{got}")
         if self.process != "gamma" and self.cv != 1.0:
             raise ValueError(f"cv applies to process 'gamma' only, not {self.process!r}")
         return self
@@ -133,6 +187,10 @@ class TraceConfig(_Model):
     column); Mooncake's are 512."""
     time_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     """Multiplies arrival times after windowing: 0.5 replays the trace twice as fast."""
+    time_scale_schedule: list[tuple[float, float]] | None = None
+    """``[[trace_s, scale], ...]``: a ``time_scale`` that changes, ``scale`` from each trace
+    time (seconds after the first kept request) until the next; times start at 0 and
+    increase, scales ``> 0``; excludes ``time_scale``."""
     max_requests: int | None = Field(default=None, ge=1)
     """Keep only the first this many requests (after the window); None = all."""
     start_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
@@ -147,8 +205,26 @@ class TraceConfig(_Model):
 
         return TRACE_READERS.validate(value)
 
+    @field_validator("time_scale_schedule")
+    @classmethod
+    def _valid_scales(
+        cls, value: list[tuple[float, float]] | None
+    ) -> list[tuple[float, float]] | None:
+        if value is not None:
+            t = np.array([p[0] for p in value], dtype=np.float64)
+            scales = np.array([p[1] for p in value], dtype=np.float64)
+            why = schedule_check(t, scales)
+            zero = np.flatnonzero(scales == 0)
+            if why is None and len(zero):
+                why = f"entry {zero[0]}: scale 0 is not > 0"
+            if why is not None:
+                raise ValueError(why.replace("rate", "scale"))
+        return value
+
     @model_validator(mode="after")
     def _window_not_empty(self) -> TraceConfig:
+        if self.time_scale_schedule is not None and self.time_scale != 1.0:
+            raise ValueError("give time_scale or time_scale_schedule, not both")
         if self.start_s is not None and self.end_s is not None and self.end_s <= self.start_s:
             raise ValueError(f"end_s ({self.end_s}) must be > start_s ({self.start_s})")
         return self

@@ -46,10 +46,12 @@ class CsvTable(Where):
         required: Sequence[str],
         hint: Callable[[list[str]], str],
         optional: Sequence[str] = (),
+        what: str = "requests",
     ) -> CsvTable:
         """Read ``path``; InputError if missing, malformed, or lacking a ``required`` column
-        or naming one (or an ``optional`` one) twice (``hint(header)`` ends that message). The
-        result has the ``required`` columns, in order, then the ``optional`` ones present."""
+        or naming one (or an ``optional`` one) twice (``hint(header)`` ends that message), or
+        with no row (``what`` the rows are, for that message). The result has the
+        ``required`` columns, in order, then the ``optional`` ones present."""
         file = existing_file(path)
         name = str(path)
         data = file.read_bytes()
@@ -74,7 +76,7 @@ class CsvTable(Where):
         frame = body.iloc[keep, [header.index(c) for c in columns]]
         frame.columns = columns
         if frame.empty:
-            raise InputError(f"{name}: no requests in the file (header only)")
+            raise InputError(f"{name}: no {what} in the file (header only)")
         return cls(name, frame.reset_index(drop=True), lines[keep])
 
     def numbers(self, column: str) -> np.ndarray:

@@ -3,12 +3,10 @@ own random stream of the scenario's seed (options and parametrisations: docs/wor
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from simulator.workload.arrivals import arrival_times
 from simulator.workload.config import (
-    ArrivalConfig,
     EmpiricalLen,
     FixedLen,
     LengthConfig,
@@ -66,22 +64,6 @@ def _streams(seed: np.random.SeedSequence, n: int) -> list[np.random.SeedSequenc
         )
         for i in range(n)
     ]
-
-
-def arrival_times(cfg: ArrivalConfig, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` arrival times in seconds: the first at 0, then ``n - 1`` drawn gaps (all at 0 for
-    an infinite rate)."""
-    if math.isinf(cfg.rate):
-        return np.zeros(n, dtype=np.float64)
-    if cfg.process == "constant":
-        return np.arange(n, dtype=np.float64) / cfg.rate
-    if cfg.process == "poisson":
-        gaps = rng.exponential(1.0 / cfg.rate, size=max(n - 1, 0))
-    else:
-        # Gamma with shape k has cv = 1/sqrt(k); scale fixes the mean gap at 1/rate.
-        shape = 1.0 / cfg.cv**2
-        gaps = rng.gamma(shape, 1.0 / (cfg.rate * shape), size=max(n - 1, 0))
-    return np.concatenate(([0.0], np.cumsum(gaps)))[:n]
 
 
 def sample_lengths(cfg: LengthConfig, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -4,9 +4,9 @@ LLMServingSim's ``docs/docs/profiler/output-bundle.md``).
 
 Each token-parallel layer name is one operator of the model's layer or step; the catalog below
 says how often it runs. ``skew_fit.csv``, the fitted correction for decodes of different
-lengths, is read (``skew.py``); the raw ``skew.csv`` shots behind it are not. MoE bundles
-(``moe.csv``) are refused rather than priced wrong.
-"""
+lengths, is read (``skew.py``); the raw ``skew.csv`` shots behind it are not. An MoE
+bundle's ``moe.csv`` (the MoE block by local tokens and distinct experts) is read
+(``moe.py``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 from simulator.cost.profiles.attention import AttentionTable
 from simulator.cost.profiles.csvfile import read_columns
 from simulator.cost.profiles.curve import Curve
+from simulator.cost.profiles.moe import read_moe
 from simulator.cost.profiles.profile import OperatorProfile
 from simulator.cost.profiles.skew import read_skew
 from simulator.errors import InputError
@@ -56,8 +57,6 @@ def read_llmservingsim(path: str | Path, tp: int) -> OperatorProfile:
     if not folder.is_dir():
         have = sorted(p.name for p in root.glob("tp*") if p.is_dir())
         raise InputError(f"{root}: no tp{tp}/ folder (profiled: {', '.join(have) or 'none'})")
-    if (folder / "moe.csv").exists():
-        raise InputError(f"{folder / 'moe.csv'}: MoE profiles are not supported")
     per_layer, per_step = _dense(folder / "dense.csv")
     return OperatorProfile(
         source=str(root),
@@ -67,6 +66,7 @@ def read_llmservingsim(path: str | Path, tp: int) -> OperatorProfile:
         per_sequence=_per_sequence(folder / "per_sequence.csv"),
         attention=_attention(folder / "attention.csv"),
         skew=read_skew(meta, folder, tp, root / "meta.yaml"),
+        moe=read_moe(folder / "moe.csv") if (folder / "moe.csv").exists() else None,
         includes_tp_comm=False,
         provenance={k: str(meta[k]) for k in _PROVENANCE if meta.get(k) is not None},
     )

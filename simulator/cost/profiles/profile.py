@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from simulator.cost.profiles.attention import AttentionTable
 from simulator.cost.profiles.curve import Curve
+from simulator.cost.profiles.moe import MoeTable
 from simulator.cost.profiles.skew import SkewTable
 
 
@@ -32,6 +33,9 @@ class OperatorProfile:
     """Per-layer attention by (prefill tokens, prefill context, decodes, decode context)."""
     skew: SkewTable | None = None
     """Attention's extra time when decode contexts differ (LLMServingSim's skew fit)."""
+    moe: MoeTable | None = None
+    """One MoE layer's time on one rank by (local tokens, distinct experts touched); None for
+    a dense model's profile."""
     includes_tp_comm: bool = False
     """Whether the times include the all-reduces of tensor parallelism."""
     shape: dict[str, int] = field(default_factory=dict)
