@@ -17,8 +17,9 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/servesim run scenarios/quickstart.yaml --out results/quickstart --overwrite
 
-# The public traces the *-replay scenarios read, into data/traces/ (sha256-verified; a
-# download, so neither demo nor test depends on it)
+# The public traces the *-replay scenarios read, saved as data/azure2023_conv.csv,
+# data/azure2023_code.csv and data/mooncake_fast25_conversation_trace.jsonl (sha256-verified;
+# a download, so neither demo nor test depends on it; `servesim fetch --list` shows them all)
 data: $(STAMP)
 	$(BIN)/servesim fetch traces
 

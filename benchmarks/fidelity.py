@@ -132,11 +132,28 @@ def splitwise_groups() -> list[GroupResult]:
             name=name,
             source=source,
         )
-        preset = preset.model_copy(update={"notes": preset.notes + _splitwise_note(str(group))})
+        update = {"notes": preset.notes + _splitwise_note(str(group)), "stack": SPLITWISE_STACK}
+        preset = preset.model_copy(update=update)
         out.append(
             GroupResult(name, str(group), preset, rows, _roofline_ms(rows, model, hardware, tp))
         )
     return out
+
+
+SPLITWISE_STACK = (
+    "Splitwise's measurements on DGX-A100 and DGX-H100 (Patel et al., ISCA 2024), the serving "
+    "software of its 2023 characterisation: a 2023 stack; today's vLLM is far faster (held "
+    "against real vLLM runs on H100s, its Llama-2-70B decode steps came out 2-3x slower, "
+    "docs/fidelity.md)"
+)
+"""What the Splitwise presets time (their ``stack``)."""
+
+VIDUR_STACK = (
+    "Vidur's profiler on one {gpu} (Agrawal et al., MLSys 2024): PyTorch operators timed one by "
+    "one on a 2024 stack, token-parallel operators only; today's serving stacks fuse and "
+    "overlap more"
+)
+"""What the Vidur MLP presets time (their ``stack``; ``{gpu}``: A100 or H100)."""
 
 
 def _splitwise_note(group: str) -> str:
@@ -186,7 +203,8 @@ def vidur_groups() -> list[GroupResult]:
                 "leaves attention, kv_read and the per-sequence terms at 0 and underestimates "
                 "whole steps."
             )
-            preset = preset.model_copy(update={"notes": preset.notes + note})
+            stack = VIDUR_STACK.format(gpu=hardware.split("-")[0].upper())
+            preset = preset.model_copy(update={"notes": preset.notes + note, "stack": stack})
             roof = _roofline_ms(rows, model, hardware, tp)
             out.append(GroupResult(name, str(group), preset, rows, roof))
     return out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import difflib
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from simulator.cluster.config import ClusterConfig
 from simulator.cost import CostModelConfig
 from simulator.engine.serving import ServingConfig
 from simulator.errors import InputError
+from simulator.field_errors import format_validation_error
 from simulator.metrics.config import MetricsConfig
 from simulator.scheduling.config import SchedulerConfig
 from simulator.strict_types import find_loose_scalar
@@ -70,45 +70,6 @@ class ScenarioConfig(BaseModel):
                 "workload.max_concurrency yet (set them to 0)"
             )
         return self
-
-
-def _field_path(loc: tuple[int | str, ...], data: Any) -> str:
-    """The dotted key a user wrote: union tags pydantic adds to ``loc`` are not in the data."""
-    parts: list[str] = []
-    node = data
-    for part in loc:
-        is_key = isinstance(node, dict) and part in node
-        is_item = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
-        if is_key or is_item:
-            node = node[part]
-        elif isinstance(node, dict) and parts and part in node.values():
-            continue  # a discriminator tag such as "linear" or "lognormal"
-        parts.append(str(part))
-    return ".".join(parts)
-
-
-def _format_validation_error(err: ValidationError, source: str, data: Any) -> str:
-    """One line: the first failing field as a dotted key, and why.
-
-    An unknown key is reported before anything else: a misspelt required key also makes the
-    right one "missing", and the misspelling is what the user has to fix (with a suggestion
-    taken from the keys missing beside it)."""
-    errors = err.errors()
-    unknown = [e for e in errors if e["type"] == "extra_forbidden"]
-    first = unknown[0] if unknown else errors[0]
-    loc = _field_path(tuple(first["loc"]), data)
-    hint = ""
-    if unknown:
-        parent = tuple(first["loc"][:-1])
-        missing = [
-            str(e["loc"][-1])
-            for e in errors
-            if e["type"] == "missing" and tuple(e["loc"][:-1]) == parent
-        ]
-        close = difflib.get_close_matches(str(first["loc"][-1]), missing, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-    extra = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{source}: {loc or '<top level>'}: {first['msg']}{hint}{extra}"
 
 
 def parse_value(text: str) -> Any:
@@ -177,7 +138,7 @@ def validate(data: dict[str, Any], source: str) -> ScenarioConfig:
     try:
         cfg = ScenarioConfig.model_validate(data)
     except ValidationError as err:
-        raise InputError(_format_validation_error(err, source, data)) from None
+        raise InputError(format_validation_error(err, source, data, ScenarioConfig)) from None
     loose = find_loose_scalar(data, cfg)
     if loose:
         raise InputError(f"{source}: {loose}")

@@ -469,3 +469,66 @@ def test_a_dest_under_a_file_is_one_line_naming_it(mirror: Path, tmp_path: Path)
     assert str(err.value) == (
         f"azure-code: cannot write into {blocker / 'data'}: {blocker} is not a folder"
     )
+
+
+def test_the_registry_is_a_data_file_pinned_per_entry() -> None:
+    """The registry is configs/datasets.csv (one row per file), not code."""
+    from simulator.workload.datasets import REGISTRY, load_registry
+
+    assert REGISTRY == ROOT / "configs" / "datasets.csv"
+    assert load_registry() == DATASETS
+    assert "llmservingsim:runs/RTXPRO6000/Qwen3-30B-A3B-Instruct-2507/meta.json" in DATASETS
+    assert "llmservingsim:profiles/RTXPRO6000/Qwen3-30B-A3B-Instruct-2507/tp1/moe.csv" in DATASETS
+    assert "llmservingsim:models/Qwen3-30B-A3B-Instruct-2507.json" in DATASETS
+    source = (ROOT / "simulator" / "workload" / "datasets.py").read_text()
+    assert not re.search(r"[0-9a-f]{64}", source)  # no checksum lives in the code
+
+
+def test_cli_a_failed_fetch_leaves_no_empty_data_folder(
+    http_mirror: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["fetch", "azure-code", "--no-progress", "--base-url", f"{http_mirror}/gone"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.endswith("HTTP 404 File not found")
+    assert os.listdir(tmp_path) == []  # no data/, no temporary file
+    # nor an empty llmservingsim/ tree under an existing data/
+    (tmp_path / "data").mkdir()
+    name = "llmservingsim:profiles/RTXPRO6000/Qwen3-30B-A3B-Instruct-2507/tp1/moe.csv"
+    assert main(["fetch", name, "--no-progress", "--base-url", f"{http_mirror}/gone"]) == 2
+    assert os.listdir(tmp_path / "data") == []
+
+
+class _FlakyHandler(_QuietHandler):
+    """Answers 503 to the first request of each path, then serves the file."""
+
+    seen: set[str]
+
+    def do_GET(self) -> None:
+        if self.path not in self.seen:
+            self.seen.add(self.path)
+            self.send_error(503, "Busy")
+            return
+        super().do_GET()
+
+
+def test_a_passing_server_error_is_retried(mirror: Path, tmp_path: Path) -> None:
+    handler = type("Flaky", (_FlakyHandler,), {"seen": set()})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=mirror))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        (path,) = fetch(["azure-code"], tmp_path, base, progress=False)
+        assert sha256(path) == DATASETS["azure-code"].sha256
+        with pytest.raises(InputError, match=r"HTTP 503 Busy$"):
+            fetch(["azure-conv"], tmp_path / "again", base, progress=False, retries=0)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert not (tmp_path / "again").exists()

@@ -68,7 +68,7 @@ def test_search_prices_each_deployment_and_marks_the_cheapest(
     assert main([*capacity, "--out", str(one), "--no-plots", "--jobs", "1"]) == 0
     assert json.loads((one / "capacity.json").read_text())["capacity"] == point["capacity"]
     printed = capsys.readouterr().out
-    assert "$/M tokens" in printed and "cost_model.tp (GPUs / replica)" in printed
+    assert "$/M tokens" in printed and "cost_model.tp" in printed and "(GPUs / replica)" in printed
     assert (out / "plots" / "pareto.png").stat().st_size > 20_000
     meta = json.loads((out / "search.json").read_text())
     assert meta["gpu_cost"] == {"a100-80gb": 1.5}

@@ -75,10 +75,17 @@ def test_a_sweep_with_an_slo_shows_goodput_and_units(
     argv += ["--grid", "workload.arrival.rate=2,40", "--out", str(out), "--no-plots"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    header = next(line for line in printed.splitlines() if "status" in line)
-    for heading in ("workload.arrival.rate (req/s)", "goodput (req/s)", "within SLO (%)"):
-        assert heading in header
-    assert "ttft_p99 (ms)" in header and "throughput (req/s)" in header
+    # headings on two lines, the name above its unit (console tables fit 120 columns)
+    lines = printed.splitlines()
+    at = next(i for i, line in enumerate(lines) if "status" in line)
+    header, units = lines[at], lines[at + 1]
+    for name, unit in (
+        ("workload.arrival.rate", "req/s"),
+        ("goodput", "req/s"),
+        ("within SLO", "%"),
+    ):
+        assert name in header and f"({unit})" in units
+    assert "ttft_p99" in header and "throughput" in header and "(ms)" in units
     table = pd.read_parquet(out / "sweep.parquet")
     assert table["slo_attainment"].iloc[0] > table["slo_attainment"].iloc[1]  # 40 req/s overloads
     fig = plot_sweep(table, ["workload.arrival.rate"])["workload.arrival.rate"]

@@ -221,3 +221,13 @@ def silence_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError, AttributeError):  # stdout is no real file (captured in tests)
         pass
+
+
+def warn_stack(cost_model: object) -> None:
+    """Warn once that a fitted preset times the (older) stack it was measured on."""
+    from simulator.cost.fitted import stack_warning
+    from simulator.errors import warn
+
+    note = stack_warning(cost_model)
+    if note:
+        warn(note)

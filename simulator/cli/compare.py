@@ -19,13 +19,14 @@ def run(args: argparse.Namespace) -> int:
     SIM is a folder written by `servesim run`, or a scenario YAML, simulated here first
     (nothing of the run is saved). MEASURED is LLMServingSim's requests.jsonl (TTFT and E2E
     then count from the engine queue on both sides, as that file records them), the JSON of
-    `vllm bench serve --save-result --save-detailed`, or a CSV request_id,ttft_s,tpot_s,e2e_s.
-    A run folder gets the CDF figure as compare.png unless --plot or --no-plot says otherwise.
+    `vllm bench serve --save-result --save-detailed` (or `servesim run --vllm-bench-json`),
+    guidellm's benchmarks.json (one comparison per benchmark in it), or a CSV
+    request_id,ttft_s,tpot_s,e2e_s. A run folder gets the CDF figure as compare.png (one
+    compare-N.png per guidellm benchmark) unless --plot or --no-plot says otherwise.
     """
-    from simulator.output_file import check_output_file, write_text
-    from simulator.results.writer import json_safe
-    from simulator.validation.compare import compare, format_table, simulated
-    from simulator.validation.measured import guess_format, read_measured
+    from simulator.output_file import check_output_file
+    from simulator.validation.compare import compare, format_table, read_measured_runs, simulated
+    from simulator.validation.measured import guess_format
 
     for flag, target in (("--json", args.json), ("--plot", args.plot)):
         if not target:
@@ -37,26 +38,50 @@ def run(args: argparse.Namespace) -> int:
         default_plot = Path(args.sim) / "compare.png"
         check_output_file(default_plot, str(default_plot))
     fmt = args.format or guess_format(args.measured)
-    meas = read_measured(args.measured, fmt)  # a bad file fails before anything is simulated
+    # a bad file fails before anything is simulated
+    runs = read_measured_runs(args.measured, fmt)
     requests, summary, label, folder = _simulation(args.sim, args.set)
-    sim = simulated(requests, summary, meas.reference, label)
-    metrics = compare(sim, meas)
-    since = "the engine queue" if meas.reference == "queued" else "arrival"
-    print(f"{label} vs {args.measured} ({fmt}; {len(meas)} requests; TTFT and E2E from {since})")
-    print(format_table(metrics))
+    results = []
+    for i, (name, meas) in enumerate(runs):
+        sim = simulated(requests, summary, meas.reference, label)
+        metrics = compare(sim, meas)
+        since = "the engine queue" if meas.reference == "queued" else "arrival"
+        what = args.measured if len(runs) == 1 else f"{args.measured} {name}"
+        if i:
+            print()
+        print(f"{label} vs {what} ({fmt}; {len(meas)} requests; TTFT and E2E from {since})")
+        print(format_table(metrics))
+        results.append((name, sim, meas, metrics))
     if args.json:
-        text = json.dumps({"metrics": json_safe(metrics)}, indent=2, allow_nan=False) + "\n"
-        write_text(args.json, text, f"--json {args.json}")
+        _write_json(args.json, [(name, metrics) for name, _, _, metrics in results])
     plot = None if args.no_plot else args.plot or (folder / "compare.png" if folder else None)
     if plot is not None:
-        from simulator.plots.compare import plot_compare_cdfs
-        from simulator.plots.style import save_figure
-
-        path = save_figure(
-            plot_compare_cdfs(sim, meas, f"{label} vs {Path(args.measured).name}"), Path(plot)
-        )
-        print(f"figure: {path}")
+        _plot(Path(plot), results, f"{label} vs {Path(args.measured).name}")
     return 0
+
+
+def _write_json(path: str, named: list[tuple[str, Any]]) -> None:
+    """The comparison as JSON: ``metrics``, or one entry per guidellm benchmark."""
+    from simulator.output_file import write_text
+    from simulator.results.writer import json_safe
+
+    if len(named) == 1:
+        doc: dict[str, Any] = {"metrics": json_safe(named[0][1])}
+    else:
+        doc = {"benchmarks": [{"benchmark": n, "metrics": json_safe(m)} for n, m in named]}
+    write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n", f"--json {path}")
+
+
+def _plot(plot: Path, results: list[Any], title: str) -> None:
+    """The CDF figure, or one per benchmark (``compare-0.png``, ``compare-1.png``, ...)."""
+    from simulator.plots.compare import plot_compare_cdfs
+    from simulator.plots.style import save_figure
+
+    for i, (name, sim, meas, _) in enumerate(results):
+        target, named = plot, title
+        if len(results) > 1:
+            target, named = plot.with_name(f"{plot.stem}-{i}{plot.suffix}"), f"{title} {name}"
+        print(f"figure: {save_figure(plot_compare_cdfs(sim, meas, named), target)}")
 
 
 def _simulation(sim: str, overrides: list[str]) -> tuple[Any, dict[str, Any], str, Path | None]:
@@ -93,8 +118,9 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("measured", metavar="MEASURED", help="the measured run's file")
     p.add_argument(
         "--format",
-        choices=["llmservingsim", "vllm-bench", "csv"],  # validation.measured.FORMATS
-        help="format of MEASURED (default: from its name: .jsonl, .json, .csv)",
+        choices=["llmservingsim", "vllm-bench", "guidellm", "csv"],  # measured.FORMATS
+        help="format of MEASURED (default: from its name: .jsonl, .json, .csv; a .json with "
+        "a 'benchmarks' list is guidellm's)",
     )
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON (seconds)")
     p.add_argument("--plot", metavar="FILE", help="write the CDF figure here")

@@ -59,12 +59,25 @@ def _redraw_run(req: Path, steps: Path, plots: Path, fmt: str) -> list[Path]:
     requests = read_parquet(req)
     # the step table is binned a batch of rows at a time, never read whole (but for a
     # cluster's per-replica figures)
-    paths = save_run_plots(requests, steps, plots, fmt=fmt)
+    paths = save_run_plots(requests, steps, plots, fmt=fmt, slo_ms=_saved_slo(req.parent))
     if "replica" in open_parquet(steps).schema_arrow.names:  # a cluster's run
         from simulator.plots.cluster import save_cluster_plots
 
         paths += save_cluster_plots(requests, read_parquet(steps), plots, fmt=fmt)
     return paths
+
+
+def _saved_slo(folder: Path) -> dict[str, float]:
+    """The SLO targets of the scenario a run folder saved (``scenario.yaml``), if any."""
+    from simulator.results.writer import slo_ms
+
+    path = folder / "scenario.yaml"
+    if not path.is_file():
+        return {}
+    from simulator.yaml_file import read_yaml_file
+
+    data = read_yaml_file(path)
+    return slo_ms(data.get("slo") if isinstance(data, dict) else None)
 
 
 def _redraw_search(folder: Path, fmt: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 from simulator.cli.common import (
     Subparsers,
@@ -13,6 +14,7 @@ from simulator.cli.common import (
     add_steps_arg,
     format_replicas,
     format_summary,
+    warn_stack,
 )
 
 
@@ -28,6 +30,11 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "--progress", action="store_true", help="show a progress bar even off a terminal"
     )
     add_steps_arg(p)
+    p.add_argument(
+        "--vllm-bench-json",
+        metavar="FILE",
+        help="also write the run as `vllm bench serve --save-result --save-detailed` JSON",
+    )
     return p
 
 
@@ -40,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
     from simulator.runner import run as run_scenario
 
     cfg = resolve(load_scenario(args.scenario, parse_overrides(args.set)))
+    if args.vllm_bench_json:
+        from simulator.output_file import check_output_file
+
+        check_output_file(args.vllm_bench_json, f"--vllm-bench-json {args.vllm_bench_json}")
     given = bool(args.out)
     # A default folder is created now, under a name no other run has (not even one started
     # in the same second), and removed again if this run fails.
@@ -55,13 +66,42 @@ def run(args: argparse.Namespace) -> int:
                 steps_path=tmp / "steps.parquet",
             )
             write_result(result, tmp, plots=not args.no_plots, fmt=args.format)
+            if args.vllm_bench_json:
+                _write_vllm_bench(args.vllm_bench_json, result, cfg)
     except BaseException:
         if not given:
             with suppress(OSError):
                 out.rmdir()  # only if still empty
         raise
+    # after the run, so bad input stays one line
+    warn_stack(cfg.cost_model)
     print(f"{cfg.name}: results in {out}")
     print(format_summary(result.summary))
     if result.replicas is not None:
         print(format_replicas(result.summary, result.replicas))
     return 0
+
+
+def _write_vllm_bench(path: str, result: Any, cfg: Any) -> None:
+    """The run as vLLM bench JSON (``results.vllm_bench``), with the scenario's run fields."""
+    import json
+
+    from simulator.output_file import write_text
+    from simulator.results.vllm_bench import vllm_bench_result
+    from simulator.results.writer import json_safe
+
+    arrival = getattr(cfg.workload, "arrival", None)
+    rate = getattr(arrival, "rate", None)
+    model = getattr(cfg.cost_model, "model", None) or getattr(cfg.cost_model, "path", None)
+    meta = {
+        "label": cfg.name,
+        "model_id": None if model is None else str(model),
+        "tokenizer_id": None if model is None else str(model),
+        # vLLM writes an unlimited rate as "inf"; a trace replay has no one rate: null
+        "request_rate": None if rate is None else "inf" if rate == float("inf") else float(rate),
+        "burstiness": 1.0,
+        "max_concurrency": cfg.workload.max_concurrency,
+    }
+    data = json_safe(vllm_bench_result(result.requests, result.summary, meta))
+    label = f"--vllm-bench-json {path}"
+    write_text(path, json.dumps(data, allow_nan=False) + "\n", label)

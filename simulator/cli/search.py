@@ -213,4 +213,6 @@ def search_console_table(table: pd.DataFrame, keys: list[str]) -> str:
     }
     show = console_table(table, keys, cols)
     show[""] = ["*" if c else "" for c in table["cheapest"]]
-    return show.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    from simulator.cli.console import render
+
+    return render(show, ident=len(keys) + 1)

@@ -3,11 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.cli.common import Subparsers, add_backend_args, add_format_arg, console_table
+from simulator.cli.common import (
+    Subparsers,
+    add_backend_args,
+    add_format_arg,
+    console_table,
+    warn_stack,
+)
+from simulator.errors import InputError
+
+MAX_RUNS = 10_000
+"""A grid of more runs is refused unless ``--yes``: a typo (one value too many on each of
+four keys) can turn an hour into days."""
+
+RUN_RATES = {"requests_per_s": 1000.0, "plots_s": 10.0}
+"""What one sweep run costs, for the estimate said before a sweep starts: simulated requests
+per second of one process, and seconds to draw a run's plots. Measured on this project's
+2-core machine shared by several jobs (2026-12-01: two quickstart runs of 3,000 requests,
+``--jobs 1``: 11.4 s without plots, 35.0 s with); a rough figure, not a promise."""
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,6 +54,19 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
     p.add_argument("--no-plots", action="store_true", help="skip drawing plots")
     add_format_arg(p)
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help=f"run a grid of more than {MAX_RUNS:,} runs (refused without it)",
+    )
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--progress",
+        action="store_true",
+        help="show a progress bar even off a terminal (default: a bar on a terminal, "
+        "else a line at each tenth of the runs)",
+    )
+    shown.add_argument("--no-progress", action="store_true", help="report no progress")
     return p
 
 
@@ -49,7 +81,14 @@ def run(args: argparse.Namespace) -> int:
     base, base_cfg = sweep_base(args.scenario, args.set, grid)
     name = base_cfg.name
     check_backend(args.backend, args.jobs, args.address)
+    runs = math.prod(len(v) for v in grid.values())
+    plan = _plan(runs, grid, base_cfg, args)
+    if runs > MAX_RUNS and not args.yes:
+        # refused before anything is validated point by point, run or written
+        raise InputError(f"--grid: {plan}: more than {MAX_RUNS:,} runs; pass --yes to run them")
     check_some_point_is_valid(base, grid, args.scenario)
+    warn_stack(base_cfg.cost_model)
+    print(f"{name}: {plan}", file=sys.stderr)
     given = bool(args.out)
     # a default folder is reserved under a name no other sweep has, and removed on failure
     out = Path(args.out) if given else reserve_out_dir(default_out_dir(f"{name}-sweep"))
@@ -81,6 +120,8 @@ def _run_into(
     from simulator.results.writer import write_sweep
 
     check_out_dir(out, args.overwrite, given=given)
+    # on a terminal a bar (tqdm's, None: shown there only); off one, lines
+    bar = None if sys.stderr.isatty() else False
     with atomic_dir(out, args.overwrite, given=given) as tmp:
         table = run_sweep(
             base,
@@ -90,14 +131,40 @@ def _run_into(
             jobs=args.jobs,
             plots=not args.no_plots,
             fmt=args.format,
-            progress=None,
+            progress=False if args.no_progress else True if args.progress else bar,
             backend=args.backend,
             address=args.address,
+            report=None if args.no_progress or args.progress or bar is None else _say,
         )
         meta = {"scenario": args.scenario, "grid": grid, "set": args.set, "keys": list(grid)}
         scenario = base_yaml(base_cfg, args.scenario, args.set, grid)
         write_sweep(table, tmp, meta, scenario, plots=not args.no_plots, fmt=args.format)
     return table
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _plan(
+    runs: int, grid: dict[str, list[Any]], cfg: ScenarioConfig, args: argparse.Namespace
+) -> str:
+    """``24 runs (4 x 6) on 2 processes, about 3 min``: the size of the sweep and a rough
+    estimate of its time (``RUN_RATES``)."""
+    import os
+
+    shape = " x ".join(str(len(v)) for v in grid.values())
+    procs = 1 if args.jobs == 1 else min(args.jobs or os.cpu_count() or 1, runs)
+    head = f"{runs:,} run{'s' if runs != 1 else ''} ({shape}) on {procs} process"
+    head += "es" if procs != 1 else ""
+    counts = grid.get("workload.num_requests") or [cfg.workload.num_requests]
+    if not all(isinstance(n, int) for n in counts):
+        return head + " (no estimate of the time: a trace's size is known once read)"
+    per_run = sum(counts) / len(counts) / RUN_RATES["requests_per_s"]
+    per_run += 0.0 if args.no_plots else RUN_RATES["plots_s"]
+    from simulator.explore.sweep import duration_text
+
+    return f"{head}, roughly {duration_text(runs * per_run / procs)}"
 
 
 def _sweep_table(table: pd.DataFrame, keys: list[str]) -> str:
@@ -113,5 +180,7 @@ def _sweep_table(table: pd.DataFrame, keys: list[str]) -> str:
         "slo_attainment": ("within SLO (%)", 100.0),
         "num_preemptions": ("preemptions", 1.0),
     }
+    from simulator.cli.console import render
+
     show = console_table(table, keys, cols)
-    return show.to_string(index=False, float_format=lambda v: f"{v:.1f}")
+    return render(show, ident=len(keys) + 1)

@@ -76,6 +76,9 @@ class FittedPreset(BaseModel):
     """Hardware preset the features were computed for."""
     tp: int = Field(ge=1)
     """Tensor-parallel degree of the measurements."""
+    stack: str = ""
+    """The serving stack (hardware, software, year) the measurements timed: a fit times
+    that stack, not today's; a run with a preset that names one says so once."""
     scales: FeatureScales
     """Per-GPU roofline constants (ms) that turn a step into feature values."""
     coefficients: dict[str, float]
@@ -176,3 +179,14 @@ def load_preset(name_or_path: str) -> FittedPreset:
 def load_fitted(cfg: FittedCostConfig) -> FittedCostModel:
     """The cost model of a fitted preset; a bad or missing file -> ``InputError`` naming it."""
     return FittedCostModel(load_preset(cfg.path))
+
+
+def stack_warning(cost_model: object) -> str | None:
+    """What a run with a fitted preset that names its measured stack models, in one line
+    (None for any other cost model): a fit times that stack, not today's."""
+    if not isinstance(cost_model, FittedCostConfig):
+        return None
+    preset = load_preset(cost_model.path)
+    if not preset.stack:
+        return None
+    return f"cost_model: fitted preset {preset.name} times the stack measured: {preset.stack}"

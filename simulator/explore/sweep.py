@@ -9,6 +9,8 @@ import os
 import re
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,9 +145,12 @@ def run_sweep(
     progress: bool | None = None,
     backend: str = "local",
     address: str | None = None,
+    report: Callable[[str], object] | None = None,
 ) -> pd.DataFrame:
     """Run every grid point into ``out/runs/<point>/``, on ``backend`` (``local``: ``jobs``
-    processes, 0 = all cores, 1 = this process; ``ray``: Ray tasks).
+    processes, 0 = all cores, 1 = this process; ``ray``: Ray tasks). ``report``, if given,
+    gets a progress line at each tenth of the runs done and at least every 30 s (for logs,
+    where a bar cannot redraw).
 
     Returns one row per point in grid order, whatever order they finished in, so neither
     ``jobs`` nor the backend changes the table. A point that fails is a row with
@@ -165,6 +170,7 @@ def run_sweep(
         disable=None if progress is None else not progress,
     )
     ship = backend != "local"  # a Ray worker may be on another machine: files come back
+    lines = ProgressLines(len(points), report) if report else None
     try:
         with make_backend(backend, jobs, address) as pool:
             args = (base, source, out / "runs", plots, fmt, ship)
@@ -178,6 +184,8 @@ def run_sweep(
                         failed = f"run {p.name} ({values}) failed: {rows[p.index]['error']}"
                         bar.write(f"servesim: {failed}", file=sys.stderr)
                     bar.update(1)
+                    if lines:
+                        lines.done(rows[p.index]["error"] is not None)
     finally:
         bar.close()
     table = pd.DataFrame([rows[i] for i in range(len(points))])
@@ -185,6 +193,43 @@ def run_sweep(
         if table[key].map(type).nunique() > 1:  # mixed int/float grid values: one dtype
             table[key] = table[key].astype(str)
     return table
+
+
+class ProgressLines:
+    """Progress of a sweep as lines (``12/40 runs done (1 failed), 1 min 5 s, ~3 min
+    left``): one at each tenth of the runs and at least every ``every_s`` seconds."""
+
+    def __init__(self, total: int, report: Callable[[str], object], every_s: float = 30.0):
+        self.total, self.report, self.every_s = total, report, every_s
+        self.count = self.failed = 0
+        self.start = self.last = time.monotonic()
+
+    def done(self, failed: bool) -> None:
+        """One more run finished (``failed``: with an error)."""
+        self.count += 1
+        self.failed += failed
+        now = time.monotonic()
+        tenth = self.count * 10 // self.total != (self.count - 1) * 10 // self.total
+        if not (tenth or now - self.last >= self.every_s or self.count == self.total):
+            return
+        self.last = now
+        elapsed = now - self.start
+        left = elapsed / self.count * (self.total - self.count)
+        bad = f" ({self.failed} failed)" if self.failed else ""
+        eta = f", ~{duration_text(left)} left" if self.count < self.total else ""
+        self.report(
+            f"sweep: {self.count}/{self.total} runs done{bad}, {duration_text(elapsed)}{eta}"
+        )
+
+
+def duration_text(seconds: float) -> str:
+    """``42 s``, ``3 min 5 s``, ``2 h 10 min``: a duration to the precision a person reads."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
 
 
 def _one_line(err: BaseException) -> str:

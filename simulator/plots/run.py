@@ -19,6 +19,7 @@ from simulator.plots.style import (
     LEGEND,
     P50_STYLE,
     P99_STYLE,
+    SLO_STYLE,
     TICKS,
     axes_note,
     check_fmt,
@@ -53,8 +54,11 @@ def _ecdf_points(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def _cdf_panel(ax: Axes, values_ms: np.ndarray, name: str, empty_reason: str) -> None:
-    """One CDF panel with its p50 and p99 drawn as vertical lines."""
+def _cdf_panel(
+    ax: Axes, values_ms: np.ndarray, name: str, empty_reason: str, slo_ms: float | None = None
+) -> None:
+    """One CDF panel with its p50 and p99 drawn as vertical lines, and the SLO's target (if
+    any) with the share of the drawn requests within it."""
     v = values_ms[np.isfinite(values_ms)]
     ax.set_title(f"{name} CDF (n={v.size:,})")
     ax.set_xlabel(f"{name} (ms)")
@@ -67,23 +71,29 @@ def _cdf_panel(ax: Axes, values_ms: np.ndarray, name: str, empty_reason: str) ->
     p50, p99 = np.percentile(v, [50, 99])
     ax.axvline(p50, color="C1", ls=P50_STYLE, lw=1.3, label=f"p50 = {fmt_num(p50)} ms")
     ax.axvline(p99, color="C3", ls=P99_STYLE, lw=1.3, label=f"p99 = {fmt_num(p99)} ms")
-    if is_wide(v):
+    if slo_ms is not None:
+        within = float(np.mean(v <= slo_ms)) * 100
+        label = f"SLO {fmt_num(slo_ms)} ms ({within:.1f}% within)"
+        ax.axvline(slo_ms, color="k", ls=SLO_STYLE, lw=1.6, label=label)
+    if is_wide(v) or (slo_ms is not None and is_wide(np.append(v, slo_ms))):
         set_log_x(ax)
     ax.set_ylim(0, 1.02)
     ax.grid(True, alpha=0.3, which="major")
     ax.legend(loc="lower right", **LEGEND)
 
 
-def plot_latency_cdfs(requests: pd.DataFrame) -> Figure:
-    """TTFT and TPOT CDFs of finished requests side by side, with p50 and p99 marked."""
+def plot_latency_cdfs(requests: pd.DataFrame, slo_ms: dict[str, float] | None = None) -> Figure:
+    """TTFT and TPOT CDFs of finished requests side by side, with p50 and p99 marked, and
+    the scenario's SLO targets (``slo_ms``: ``{"ttft": ms, "tpot": ms}``, either optional)."""
+    slo_ms = slo_ms or {}
     fig = new_figure(1, 2, (11, 4.2))
     ax_ttft, ax_tpot = fig.axes
     done = with_status(requests, "finished")
     rejected = count_status(requests, "rejected")
     why = "all requests rejected" if rejected and done.empty else "no finished requests"
     why_tpot = why if done.empty else "no finished request has output_len > 1"
-    _cdf_panel(ax_ttft, column_values(done, "ttft_s") * 1e3, "TTFT", why)
-    _cdf_panel(ax_tpot, column_values(done, "tpot_s") * 1e3, "TPOT", why_tpot)
+    _cdf_panel(ax_ttft, column_values(done, "ttft_s") * 1e3, "TTFT", why, slo_ms.get("ttft"))
+    _cdf_panel(ax_tpot, column_values(done, "tpot_s") * 1e3, "TPOT", why_tpot, slo_ms.get("tpot"))
     note = f", {rejected:,} rejected" if rejected else ""
     fig.suptitle(f"Request latency: {len(done):,} finished{note}")
     return fig
@@ -272,7 +282,8 @@ def _duration_panel(ax: Axes, t: np.ndarray, binned: pd.DataFrame) -> None:
 
 
 def _tokens_panel(ax: Axes, t: np.ndarray, binned: pd.DataFrame) -> None:
-    """Mean tokens per step: decode and prefill stacked, the total as a line."""
+    """Mean tokens per step: decode and prefill stacked, the total as a line; on a log axis
+    when the decode band would be a sliver under the prefills (30 tokens under 2,000)."""
     ax.set_title("Tokens per step")
     ax.set_ylabel("tokens / step")
     decode = binned.get("num_decode_seqs_mean")
@@ -287,8 +298,21 @@ def _tokens_panel(ax: Axes, t: np.ndarray, binned: pd.DataFrame) -> None:
     if not ax.lines and not ax.collections:
         no_data(ax, "no token columns")
         return
-    ax.set_ylim(bottom=0)
+    if decode is not None and prefill is not None and _decode_is_a_sliver(d, d + p):
+        set_log_y(ax)
+        ax.set_ylim(bottom=max(0.5, 0.5 * float(np.nanmin(d[d > 0]))))
+        ax.set_ylabel("tokens / step (log)")
+    else:
+        ax.set_ylim(bottom=0)
     ax.legend(loc="upper right", **LEGEND)
+
+
+def _decode_is_a_sliver(decode: np.ndarray, total: np.ndarray) -> bool:
+    """Whether the decode band is under 5% of the panel's height on a linear axis (and there
+    is a decode to show)."""
+    d = decode[np.isfinite(decode) & (decode > 0)]
+    top = np.nanmax(total) if np.isfinite(total).any() else 0.0
+    return bool(d.size and top > 0 and np.median(d) < 0.05 * top)
 
 
 def plot_step_timeline(steps: pd.DataFrame) -> Figure:
@@ -309,15 +333,19 @@ def step_timeline_figure(binned: pd.DataFrame) -> Figure:
 
 
 def save_run_plots(
-    requests: pd.DataFrame, steps: pd.DataFrame | Path, out_dir: Path, fmt: str = "png"
+    requests: pd.DataFrame,
+    steps: pd.DataFrame | Path,
+    out_dir: Path,
+    fmt: str = "png",
+    slo_ms: dict[str, float] | None = None,
 ) -> list[Path]:
     """Write the four per-run figures (and the prefix cache's, when the run kept one) into
     ``out_dir`` and return their paths; ``steps`` is the step table or its parquet file (read
-    a batch at a time)."""
+    a batch at a time); ``slo_ms`` the SLO targets the CDFs draw."""
     check_fmt(fmt)
     binned = bin_steps_file(steps) if isinstance(steps, Path) else bin_steps(steps)
     makers: tuple[Callable[[], Figure], ...] = (
-        lambda: plot_latency_cdfs(requests),
+        lambda: plot_latency_cdfs(requests, slo_ms),
         lambda: plot_e2e_vs_prompt(requests),
         lambda: kv_timeline_figure(binned),
         lambda: step_timeline_figure(binned),

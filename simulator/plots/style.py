@@ -25,6 +25,8 @@ FORMATS = ("png", "svg")
 _LOG_RATIO = 50.0
 P50_STYLE = "-"
 P99_STYLE = "--"
+SLO_STYLE = "-."
+"""Line style of an SLO target drawn on a latency axis."""
 LEGEND = {"fontsize": 9, "framealpha": 0.9}
 
 

@@ -72,11 +72,22 @@ def write_result(
         if steps is None:  # streamed as the run went (read back a batch at a time), or none
             path = folder / "steps.parquet"
             steps = path if path.exists() else MemorySink().close()
-        save_run_plots(result.requests, steps, folder / "plots", fmt=fmt)
+        slo = getattr(result.scenario, "slo", None)  # a scenario without an SLO: None
+        save_run_plots(result.requests, steps, folder / "plots", fmt=fmt, slo_ms=slo_ms(slo))
         if result.replicas is not None and isinstance(steps, pd.DataFrame):
             from simulator.plots.cluster import save_cluster_plots
 
             save_cluster_plots(result.requests, steps, folder / "plots", fmt=fmt)
+
+
+def slo_ms(slo: Any) -> dict[str, float]:
+    """The TTFT and TPOT targets of an SLO config (or of a saved scenario's ``slo``
+    mapping) that the latency CDFs draw, in ms; empty without an SLO."""
+    if slo is None:
+        return {}
+    get = slo.get if isinstance(slo, dict) else lambda key: getattr(slo, key, None)
+    targets = {name: get(f"{name}_ms") for name in ("ttft", "tpot")}
+    return {k: float(v) for k, v in targets.items() if isinstance(v, int | float)}
 
 
 def write_sweep(

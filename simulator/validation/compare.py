@@ -4,13 +4,15 @@ ITL (where measured) and E2E, with the signed error of the simulation in percent
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from simulator.errors import InputError
-from simulator.validation.measured import MeasuredRun
+from simulator.validation.guidellm_file import read_guidellm
+from simulator.validation.measured import MeasuredFormat, MeasuredRun, read_measured
 
 STATS = ("mean", "p50", "p90", "p99")
 METRICS = ("ttft", "tpot", "itl", "e2e")
@@ -53,6 +55,14 @@ def simulated(
         prompt_len=done["prompt_len"].to_numpy(),
         output_len=done["output_len"].to_numpy(),
     )
+
+
+def read_measured_runs(path: str | Path, fmt: MeasuredFormat) -> list[tuple[str, MeasuredRun]]:
+    """``(label, run)`` of every measured run in the file: one, or one per benchmark of a
+    guidellm ``benchmarks.json``."""
+    if fmt == "guidellm":
+        return read_guidellm(path)
+    return [(str(path), read_measured(path, fmt))]
 
 
 def stats(values: np.ndarray) -> dict[str, float]:

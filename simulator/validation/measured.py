@@ -28,8 +28,8 @@ import numpy as np
 
 from simulator.errors import InputError
 
-MeasuredFormat = Literal["llmservingsim", "vllm-bench", "csv"]
-FORMATS: tuple[MeasuredFormat, ...] = ("llmservingsim", "vllm-bench", "csv")
+MeasuredFormat = Literal["llmservingsim", "vllm-bench", "guidellm", "csv"]
+FORMATS: tuple[MeasuredFormat, ...] = ("llmservingsim", "vllm-bench", "guidellm", "csv")
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,8 @@ class MeasuredRun:
 
 
 def guess_format(path: str | Path) -> MeasuredFormat:
-    """The format a file's name suggests: ``.jsonl`` llmservingsim, ``.json`` vllm-bench,
-    ``.csv`` csv."""
+    """The format a file's name suggests: ``.jsonl`` llmservingsim, ``.json`` vllm-bench (or
+    guidellm, if its top level holds a ``benchmarks`` list), ``.csv`` csv."""
     suffix = Path(path).suffix.lower()
     guesses: dict[str, MeasuredFormat] = {
         ".jsonl": "llmservingsim",
@@ -63,7 +63,19 @@ def guess_format(path: str | Path) -> MeasuredFormat:
     }
     if suffix not in guesses:
         raise InputError(f"{path}: cannot tell the format from the name; pass --format")
+    if guesses[suffix] == "vllm-bench" and _has_benchmarks_list(Path(path)):
+        return "guidellm"
     return guesses[suffix]
+
+
+def _has_benchmarks_list(file: Path) -> bool:
+    """Whether a JSON file is an object with a ``benchmarks`` list (guidellm's layout); a
+    file that cannot be read or parsed is left to the reader to report."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("benchmarks"), list)
 
 
 def read_measured(path: str | Path, fmt: MeasuredFormat) -> MeasuredRun:
@@ -71,6 +83,8 @@ def read_measured(path: str | Path, fmt: MeasuredFormat) -> MeasuredRun:
     file = Path(path)
     if not file.is_file():
         raise InputError(f"{path}: file not found")
+    if fmt == "guidellm":
+        raise InputError(f"{path}: a guidellm file holds several runs: read_measured_runs")
     readers = {"llmservingsim": _llmservingsim, "vllm-bench": _vllm_bench, "csv": _csv}
     return readers[fmt](file)
 
@@ -167,7 +181,11 @@ def _vllm_bench(file: Path) -> MeasuredRun:
         e2e = np.asarray(complete, dtype=np.float64) - np.asarray(submit, dtype=np.float64)
     else:
         e2e = ttft + np.asarray([g.sum() for g in gaps])
-    itl = np.concatenate(gaps) if gaps else np.empty(0)
+    itl: np.ndarray | None = np.concatenate(gaps) if gaps else np.empty(0)
+    if data.get("backend") == "servesim":
+        # servesim's own file: its itls spread each request's decode time evenly (it keeps
+        # no per-token times), so they are no measurement of the gaps
+        itl = None
     return MeasuredRun(
         source=str(file),
         ttft=ttft,

@@ -122,6 +122,8 @@ class CsvTable(Where):
 def existing_file(path: str | Path) -> Path:
     """``path`` as a Path, or an InputError if it is no file (naming ``servesim fetch``)."""
     file = Path(path)
+    if file.is_dir():
+        raise InputError(f"{path}: is a folder, not a file")
     if not file.is_file():
         # the public traces are not shipped: point at the downloader
         raise InputError(

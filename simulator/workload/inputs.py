@@ -10,12 +10,33 @@ from simulator.errors import InputError
 def need_file(path: str, field: str) -> None:
     """A missing input file named by ``workload.<field>``: one line saying which key and how
     to get the public files (the readers would name the file but not the key)."""
-    if not Path(path).is_file():
-        hint = (
-            "`servesim fetch traces` downloads the public traces"
-            if field == "trace.path"
-            else "`servesim fetch --list` shows the public tables it can download"
-        )
+    file = Path(path)
+    if file.is_dir():
+        raise InputError(f"workload.{field}: {path}: is a folder, not a file")
+    if not file.is_file():
         raise InputError(
-            f"workload.{field}: {path}: file not found (relative to {Path.cwd()}); {hint}"
+            f"workload.{field}: {path}: file not found (relative to {Path.cwd()}); "
+            f"{fetch_hint(path, field)}"
         )
+
+
+def fetch_hint(path: str | Path, field: str = "trace.path") -> str:
+    """How to get a missing file: the registered file it names (by our name or upstream's),
+    saved where ``servesim fetch`` puts it; else which fetch lists or brings such files."""
+    from simulator.workload.datasets import DATASETS, DEFAULT_DEST
+
+    name = Path(path).name
+    for entry in DATASETS.values():
+        if name in (Path(entry.dest).name, Path(entry.path).name):
+            saved = (DEFAULT_DEST / entry.dest).as_posix()
+            if Path(path).as_posix() == saved:
+                return f"`servesim fetch {entry.name}` downloads it"
+            return (
+                f"`servesim fetch {entry.name}` saves it as {saved}: set workload.{field} to that"
+            )
+    if field == "trace.path":
+        traces = ", ".join(
+            (DEFAULT_DEST / e.dest).as_posix() for e in DATASETS.values() if e.group == "traces"
+        )
+        return f"`servesim fetch traces` downloads the public traces as {traces}"
+    return "`servesim fetch --list` shows the public tables it can download"

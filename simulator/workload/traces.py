@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -73,7 +74,47 @@ def read_trace(path: str | Path, fmt: TraceFormat, hash_block_tokens: int = 512)
         reader = TRACE_READERS.resolve(fmt)
     except ValueError as err:
         raise InputError(f"{path}: {err}") from None
+    if fmt in ("mooncake", "llmservingsim"):
+        with _json_lines_expected(path, fmt):
+            return reader(path, hash_block_tokens)
     return reader(path, hash_block_tokens)
+
+
+@contextmanager
+def _json_lines_expected(path: str | Path, fmt: str) -> Iterator[None]:
+    """A JSON-lines reader's error on a file that is CSV gets the format meant (a CSV read as
+    ``mooncake`` otherwise says only ``:1: invalid JSON``)."""
+    try:
+        yield
+    except InputError as err:
+        header = _first_line(path)
+        if not f"{err}".startswith(f"{path}:") or header is None or header.startswith("{"):
+            raise
+        columns = {c.strip() for c in header.split(",")}
+        meant = [
+            f
+            for f, cols in (("azure", AZURE_COLUMNS), ("csv", CSV_COLUMNS))
+            if set(cols) <= columns
+        ]
+        fix = (
+            f"set workload.trace.format to {meant[0]}"
+            if meant
+            else "formats azure and csv read CSV"
+        )
+        raise InputError(
+            f"{err}; the file looks like CSV (first line {header[:60]!r}), but format {fmt} "
+            f"reads one JSON object per line: {fix}"
+        ) from None
+
+
+def _first_line(path: str | Path) -> str | None:
+    """The first non-blank line of a text file (at most 4 KiB of it), None if unreadable."""
+    try:
+        with Path(path).open(encoding="utf-8-sig", errors="replace") as handle:
+            start = handle.read(4096)
+    except OSError:
+        return None
+    return next((line.strip() for line in start.splitlines() if line.strip()), None)
 
 
 def read_azure(path: str | Path) -> Workload:
