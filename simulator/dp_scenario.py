@@ -72,7 +72,6 @@ def build_dp_simulation(
         workload,
         costs,
         ranks,
-        lockstep=cfg.parallel.lockstep,
         progress=progress,
         max_concurrency=cfg.workload.max_concurrency,
         percentiles=cfg.metrics.percentiles,

@@ -24,7 +24,6 @@ class DataParallelSimulation(Simulation):
         cost_models: list[CostModel],
         ranks: list[Scheduler],
         *,
-        lockstep: bool = True,
         step_sink: StepSink | None = None,
         progress: Callable[[int], object] | None = None,
         **kwargs: Any,
@@ -40,5 +39,4 @@ class DataParallelSimulation(Simulation):
             self.recorder,
             progress=self._tick if self._watch is not None else progress,
             on_done=on_done,
-            lockstep=lockstep,
         )

@@ -38,12 +38,9 @@ class LockstepServer:
         *,
         progress: Callable[[int], object] | None = None,
         on_done: Callable[[int, float], object] | None = None,
-        lockstep: bool = True,
     ) -> None:
         self.env, self.ranks, self.cost_models = env, ranks, cost_models
         self.recorder = recorder
-        self.lockstep = lockstep
-        """Idle ranks run dummy steps and every step waits for the slowest rank."""
         self.balancer = DPBalancer(len(ranks))
         self.rank_of: dict[int, int] = {}
         """Per request id: the rank it was sent to."""
@@ -101,7 +98,7 @@ class LockstepServer:
         for sched, cost in zip(self.ranks, self.cost_models, strict=True):
             if not sched.has_work():
                 plans.append(None)
-                times.append(cost.step_time(DUMMY_BATCH) if self.lockstep else 0.0)
+                times.append(cost.step_time(DUMMY_BATCH))
                 continue
             plan = sched.schedule()
             if not plan.seqs and not plan.preempted:

@@ -19,9 +19,6 @@ class ParallelConfig(BaseModel):
     """Split the routed experts over all ``data_parallel_size x tp`` GPUs (vLLM's
     ``enable_expert_parallel``): each rank holds its share of them (more KV room) and each MoE
     layer adds an all-to-all dispatch and combine."""
-    lockstep: bool = True
-    """The ranks step together, as vLLM does for an MoE model (dense models' ranks step
-    independently in vLLM: set false for them)."""
 
     @property
     def is_data_parallel(self) -> bool:
