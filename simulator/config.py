@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from simulator.cluster.config import ClusterConfig
 from simulator.cost import CostModelConfig
+from simulator.engine.parallel import ParallelConfig
 from simulator.engine.serving import ServingConfig
 from simulator.errors import InputError
 from simulator.field_errors import format_validation_error
@@ -58,6 +59,15 @@ class ScenarioConfig(BaseModel):
     cluster: ClusterConfig | None = None
     """Several replicas behind a router, or prefill/decode disaggregation (optional; without
     it, one server with ``scheduler`` and ``cost_model``)."""
+    parallel: ParallelConfig | None = None
+    """Data-parallel ranks (and expert parallelism) of the one server, as vLLM runs them
+    (optional; not with ``cluster``)."""
+
+    @model_validator(mode="after")
+    def _parallel_single_server(self) -> ScenarioConfig:
+        if self.parallel is not None and self.parallel.is_data_parallel and self.cluster:
+            raise ValueError("parallel.data_parallel_size > 1 is not supported with cluster yet")
+        return self
 
     @model_validator(mode="after")
     def _delays_open_loop_only(self) -> ScenarioConfig:

@@ -43,6 +43,7 @@ def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = ""
     gpus = named_gpus(cm, prefix)
     # the cost config's weight/KV dtype keys (roofline, profiled) size weights and KV
     dtypes = (getattr(cm, "weight_dtype", None), getattr(cm, "kv_dtype", None))
+    ep = getattr(cm, "expert_parallel", 1)  # each EP rank holds its share of the experts
     if gpus is None:
         raise InputError(
             f"{prefix}scheduler.num_blocks: required with a cost model that names no model "
@@ -57,6 +58,7 @@ def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = ""
         sched.gpu_memory_utilization,
         max_num_batched_tokens=sched.max_num_batched_tokens,
         max_num_seqs=sched.max_num_seqs,
+        ep=ep if ep > 1 else None,
     )
 
 
@@ -69,6 +71,10 @@ def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioC
         cfg = validate(scenario, "scenario")
     else:
         cfg = load_scenario(scenario)
+    if cfg.parallel is not None:
+        from simulator.dp_scenario import with_expert_parallel
+
+        cfg = with_expert_parallel(cfg)
     if cfg.cluster is not None:
         from simulator.cluster_scenario import resolve_cluster
 
@@ -123,6 +129,12 @@ def run(
 
             cluster = build_cluster(cfg, workload, slo, tick, fast_decode, steps)
             return _finish(cluster.run(), cfg, workload, started)
+        if cfg.parallel is not None and cfg.parallel.is_data_parallel:
+            from simulator.dp_scenario import build_dp_simulation
+
+            kw = {"slo": slo, "step_sink": make_sink(steps, steps_path), "stop": stop}
+            dp = build_dp_simulation(cfg, workload, tick, **kw)
+            return _finish(dp.run(), cfg, workload, started)
         sim = Simulation(
             workload,
             cost_model,

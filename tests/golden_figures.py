@@ -52,6 +52,9 @@ def shortened(path: Path) -> list[str]:
     profile = data.get("cost_model", {}).get("profile")
     if profile is not None:  # a real run's operator profile
         sets.append(f"cost_model.profile={_here(profile)}")
+    model = data.get("cost_model", {}).get("model", "")
+    if model.startswith("data/"):  # a real run's model config.json
+        sets.append(f"cost_model.model={_here(model)}")
     if not trace["path"].startswith(LLMSERVINGSIM):  # a real run is 300 requests: kept whole
         sets.append("workload.trace.max_requests=400")
     return [arg for item in sets for arg in ("--set", item)]

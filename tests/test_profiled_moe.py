@@ -84,8 +84,10 @@ def test_moe_step_times_agree_across_paths() -> None:
         Batch((700, 1, 1), (300, 40, 5000)),
         Batch((3000,), (0,)),  # beyond the profiled 2048 tokens: extrapolated
     ):
-        assert cost.time_from_sums(*StepSums.of(batch)) == cost.step_time(batch)
-    assert cost.decode_time(3, 300) == cost.step_time(Batch((1, 1, 1), (100, 100, 100)))
+        assert cost.time_sums(StepSums.of(batch)) == cost.step_time(batch)
+    assert cost.time_sums(StepSums.decode(3, 300)) == cost.step_time(
+        Batch((1, 1, 1), (100, 100, 100))
+    )
     # more tokens touch more experts: a monotone step time in the tokens
     times = [cost.step_time(Batch((n,), (0,))) for n in (16, 64, 256, 1024, 2048)]
     assert times == sorted(times)

@@ -66,7 +66,7 @@ def test_moe_reads_only_the_experts_a_step_touches() -> None:
     assert one["flops_matmul"] == 2.0 * m.matmul_params
     assert m.matmul_params < 0.15 * m.num_params
     # a decode step gets slower as more experts are touched, up to all of them
-    times = [cost.decode_time(n, 500 * n) for n in (1, 4, 16, 64)]
+    times = [cost.time_sums(StepSums.decode(n, 500 * n)) for n in (1, 4, 16, 64)]
     assert times == sorted(times) and times[0] < times[-1]
 
 
@@ -77,10 +77,10 @@ def test_fast_paths_equal_step_time(model: str, tmp_path: Path) -> None:
     path = {"qwen3moe": str(QWEN_MOE), "deepseek": str(write(tmp_path, DEEPSEEK_V3))}
     cost = roofline(path.get(model, model), tp=8 if model == "deepseek" else 1)
     for batch in BATCHES:
-        assert cost.time_from_sums(*StepSums.of(batch)) == cost.step_time(batch)
+        assert cost.time_sums(StepSums.of(batch)) == cost.step_time(batch)
         assert cost.breakdown(batch)["t"] == pytest.approx(cost.step_time(batch), rel=1e-12)
     decode = Batch((1, 1, 1), (10, 200, 3000))
-    assert cost.decode_time(3, 3210) == cost.step_time(decode)
+    assert cost.time_sums(StepSums.decode(3, 3210)) == cost.step_time(decode)
 
 
 def test_fp8_weights_run_at_the_fp8_peak_and_read_half_the_bytes() -> None:

@@ -23,6 +23,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from simulator.cost.all_to_all import all_to_all_time
 from simulator.cost.batch import Batch, StepSums
 from simulator.cost.interface import CostModel
 from simulator.cost.presets import Dtype, HardwareSpec, ModelSpec
@@ -66,6 +67,10 @@ class ProfiledCostConfig(BaseModel):
     budget's weight bytes (the profile's times are what they are)."""
     kv_dtype: Dtype | None = None
     """Dtype of the KV cache, overriding the model's: the KV budget and roofline attention."""
+    expert_parallel: int = Field(default=1, ge=1)
+    """Expert-parallel ranks the routed experts are split over (set from ``parallel``): each
+    MoE layer computes its share of the experts for as many tokens as the rank sends (balanced
+    ranks), plus the all-to-all dispatch and combine over the hardware's link."""
     skew: bool = True
     """Apply the profile's skew correction where it has one (LLMServingSim's ``skew_fit``:
     decodes of different contexts are slower than at their mean). It needs each decode's
@@ -147,8 +152,23 @@ class ProfiledCostModel(CostModel):
         tokens and the expected distinct experts they touch (uniform routing)."""
         if self._moe is None or tokens <= 0:
             return 0.0
-        experts = self.model.expected_distinct_experts(tokens)
-        return self.model.num_moe_layers * self._moe.at(tokens, experts)
+        ep = self.cfg.expert_parallel
+        # under EP the rank's experts see every rank's tokens: ep x as many (balanced ranks)
+        experts = self.model.expected_distinct_experts(tokens * ep, ep)
+        return self.model.num_moe_layers * (self._moe.at(tokens, experts) + self._a2a(tokens))
+
+    def _a2a(self, tokens: int) -> float:
+        """One MoE layer's all-to-all dispatch and combine on this rank (0 without EP)."""
+        ep, m, cfg = self.cfg.expert_parallel, self.model, self.cfg
+        bandwidth = cfg.interconnect_bandwidth or self.hw.interconnect_bandwidth
+        if ep == 1 or bandwidth is None:  # no link named: checked by dp_scenario
+            return 0.0
+        latency = cfg.allreduce_latency_us
+        latency = (self.hw.allreduce_latency_us or 0.0) if latency is None else latency
+        k, nbytes = m.num_experts_per_tok or 1, m.dtype_bytes
+        return all_to_all_time(
+            tokens, m.hidden_size, ep, bandwidth, latency, top_k=k, bytes_per_element=nbytes
+        )
 
     def _sequence_times(self, seqs: np.ndarray) -> np.ndarray:
         """Per-sequence work of ``seqs`` sequences: the profiled operators, and the LM head's

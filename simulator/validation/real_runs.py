@@ -36,6 +36,11 @@ class RealRun:
 RUNS = (
     RealRun("RTX 4090", "real-rtx4090-llama31-8b", "RTX4090/Llama-3.1-8B"),
     RealRun("RTX PRO 6000", "real-rtxpro6000-llama31-8b", "RTXPRO6000/Llama-3.1-8B"),
+    RealRun(
+        "2 x RTX PRO 6000, DP 2 EP 2, Qwen3-30B-A3B",
+        "real-rtxpro6000-qwen3-30b-a3b",
+        "RTXPRO6000/Qwen3-30B-A3B-Instruct-2507",
+    ),
 )
 
 
@@ -48,6 +53,9 @@ def data_overrides(scenario: dict[str, Any], data_dir: Path) -> dict[str, Any]:
         ("cost_model.profile", scenario["cost_model"]["profile"]),
     ):
         out[key] = str(data_dir / value.removeprefix(DATA_PREFIX))
+    model = scenario["cost_model"].get("model", "")
+    if model.startswith(DATA_PREFIX):  # a Hugging Face config.json of the run's model
+        out["cost_model.model"] = str(data_dir / model.removeprefix(DATA_PREFIX))
     return out
 
 

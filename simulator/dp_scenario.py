@@ -1,0 +1,80 @@
+"""A scenario's ``parallel:`` made concrete: the expert-parallel degree in the cost model, and
+the data-parallel ranks (one scheduler and cost model each) of the run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from simulator.config import ScenarioConfig
+from simulator.cost import CostModel, build_cost_model
+from simulator.cost.profiled import ProfiledCostConfig
+from simulator.engine.dp_simulation import DataParallelSimulation
+from simulator.engine.serving import StepWithCpu
+from simulator.errors import InputError
+from simulator.scheduling import make_scheduler
+from simulator.workload import Workload
+
+
+def expert_parallel_degree(cfg: ScenarioConfig) -> int:
+    """GPUs the routed experts are split over: ``data_parallel_size x tp`` with
+    ``enable_expert_parallel``, else 1."""
+    par = cfg.parallel
+    if par is None or not par.enable_expert_parallel:
+        return 1
+    return par.data_parallel_size * int(getattr(cfg.cost_model, "tp", 1))
+
+
+def with_expert_parallel(cfg: ScenarioConfig) -> ScenarioConfig:
+    """``cfg`` with its cost model's ``expert_parallel`` set from ``parallel`` (the KV budget
+    then counts each rank's share of the experts)."""
+    ep = expert_parallel_degree(cfg)
+    if ep == 1:
+        return cfg
+    cm = cfg.cost_model
+    if not isinstance(cm, ProfiledCostConfig):
+        raise InputError(
+            "parallel.enable_expert_parallel: supported with the profiled cost model only "
+            f"(cost_model.type is {cm.type})"
+        )
+    from simulator.cost.presets import load_hardware, load_model
+
+    try:
+        load_model(cm.model).experts_per_rank(ep)
+    except InputError as err:
+        raise InputError(f"parallel.enable_expert_parallel: {err}") from None
+    if (
+        cm.interconnect_bandwidth is None
+        and load_hardware(cm.hardware).interconnect_bandwidth is None
+    ):
+        raise InputError(
+            "cost_model.interconnect_bandwidth: required with expert parallelism (hardware "
+            f"preset {cm.hardware} names no link for the all-to-all)"
+        )
+    return cfg.model_copy(update={"cost_model": cm.model_copy(update={"expert_parallel": ep})})
+
+
+def build_dp_simulation(
+    cfg: ScenarioConfig,
+    workload: Workload,
+    progress: Callable[[int], object] | None,
+    **kwargs: Any,
+) -> DataParallelSimulation:
+    """The run of a resolved scenario with ``parallel.data_parallel_size > 1`` ranks."""
+    assert cfg.parallel is not None
+    n = cfg.parallel.data_parallel_size
+    costs: list[CostModel] = []
+    for _ in range(n):
+        cost = build_cost_model(cfg.cost_model)
+        costs.append(StepWithCpu(cost, cfg.serving) if cfg.serving.has_step_cpu else cost)
+    ranks = [make_scheduler(cfg.scheduler) for _ in range(n)]
+    return DataParallelSimulation(
+        workload,
+        costs,
+        ranks,
+        progress=progress,
+        max_concurrency=cfg.workload.max_concurrency,
+        percentiles=cfg.metrics.percentiles,
+        serving=cfg.serving,
+        **kwargs,
+    )

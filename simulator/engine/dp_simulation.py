@@ -1,0 +1,42 @@
+"""A simulation whose server is ``data_parallel_size`` ranks in lockstep (``lockstep.py``):
+the same arrivals, front-end delays and results as a single server's ``Simulation``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from simulator.cost.interface import CostModel
+from simulator.engine.lockstep import LockstepServer
+from simulator.engine.recorder import Recorder
+from simulator.engine.simulation import Simulation
+from simulator.engine.step_sink import MemorySink, StepSink
+from simulator.scheduling.interface import Scheduler
+from simulator.workload.workload import Workload
+
+
+class DataParallelSimulation(Simulation):
+    """One run of a workload through data-parallel ranks (one scheduler and cost model each)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        cost_models: list[CostModel],
+        ranks: list[Scheduler],
+        *,
+        step_sink: StepSink | None = None,
+        progress: Callable[[int], object] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(workload, cost_models[0], ranks[0], progress=progress, **kwargs)
+        total = sum(r.num_blocks for r in ranks)
+        self.recorder = Recorder(len(workload), total, step_sink or MemorySink())
+        on_done = self._slot_freed if self.max_concurrency is not None else None
+        self.server = LockstepServer(  # type: ignore[assignment]
+            self.env,
+            ranks,
+            cost_models,
+            self.recorder,
+            progress=self._tick if self._watch is not None else progress,
+            on_done=on_done,
+        )

@@ -1,0 +1,26 @@
+"""A scenario's ``parallel:``: vLLM's data-parallel ranks and expert parallelism on one server."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ParallelConfig(BaseModel):
+    """Data-parallel ranks as vLLM runs them (``data_parallel_size``, ``enable_expert_parallel``):
+    each rank has its own scheduler and KV cache; requests are spread by vLLM's DP load
+    balancer; the ranks of an MoE model step together (a step lasts as long as the slowest
+    rank's, an idle rank runs a dummy step)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    data_parallel_size: int = Field(default=1, ge=1)
+    """Data-parallel ranks (vLLM's ``data_parallel_size``); 1 is a plain single server."""
+    enable_expert_parallel: bool = False
+    """Split the routed experts over all ``data_parallel_size x tp`` GPUs (vLLM's
+    ``enable_expert_parallel``): each rank holds its share of them (more KV room) and each MoE
+    layer adds an all-to-all dispatch and combine."""
+
+    @property
+    def is_data_parallel(self) -> bool:
+        """Whether there is more than one rank."""
+        return self.data_parallel_size > 1

@@ -1,0 +1,197 @@
+"""Data-parallel ranks in lockstep (``parallel:``): vLLM's DP balancer, each step as long as the
+slowest rank's, dummy steps on idle ranks, KV per rank under expert parallelism, every request
+served once, and ``data_parallel_size: 1`` identical to no ``parallel`` at all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from simulator.cost.batch import Batch
+from simulator.cost.presets import derive_num_blocks, load_hardware, load_model
+from simulator.engine.dp_balancer import DPBalancer
+from simulator.engine.lockstep import DUMMY_BATCH
+from simulator.errors import InputError
+from simulator.runner import resolve, run
+from tests.paths import DATA
+
+QWEN = str(DATA / "llmservingsim" / "models" / "Qwen3-30B-A3B-Instruct-2507.json")
+
+
+class _Rank:
+    def __init__(self, waiting: int, running: int, used: int = 0, blocks: int = 100) -> None:
+        self.num_waiting, self.num_running = waiting, running
+        self.num_blocks_used, self.num_blocks = used, blocks
+
+
+def test_balancer_round_robins_ties_and_counts_in_flight() -> None:
+    b = DPBalancer(2)
+    idle = [_Rank(0, 0), _Rank(0, 0)]
+    # nothing seen yet: its own in-flight counts spread a burst round robin
+    assert [b.choose(idle) for _ in range(4)] == [0, 1, 0, 1]
+    assert b.in_flight == [2, 2]
+    b.finished(1, 2)
+    assert b.choose(idle) == 1  # the rank with fewer in flight
+
+
+def test_balancer_prefers_the_less_loaded_and_penalizes_a_kv_bound_queue() -> None:
+    b = DPBalancer(2)
+    assert b.choose([_Rank(0, 5), _Rank(0, 3)]) == 1
+    b = DPBalancer(2)
+    # equal waiting + running (4), but rank 0's queue sits on a 90%-full cache: 4 + 3*6*0.4
+    assert b.choose([_Rank(3, 1, used=90), _Rank(0, 4)]) == 1
+    b = DPBalancer(2)
+    # at <= 50% KV usage the penalty is off: the tie goes to the scan's start
+    assert b.choose([_Rank(3, 1, used=50), _Rank(0, 4)]) == 0
+
+
+def _scenario(dp: int | None, **extra: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": "dp",
+        "seed": 3,
+        "scheduler": {"max_num_batched_tokens": 512, "max_num_seqs": 16, "num_blocks": 400},
+        "cost_model": {"type": "linear", "base_ms": 2.0, "per_token_ms": 0.05, "per_seq_ms": 0.1},
+        "workload": {
+            "num_requests": 200,
+            "arrival": {"process": "poisson", "rate": 40},
+            "prompt_len": {"dist": "uniform", "low": 10, "high": 600},
+            "output_len": {"dist": "uniform", "low": 1, "high": 80},
+        },
+        **extra,
+    }
+    if dp is not None:
+        data["parallel"] = {"data_parallel_size": dp}
+    return data
+
+
+def _lockstep_run(dp: int) -> tuple[Any, Any]:
+    from simulator.dp_scenario import build_dp_simulation
+    from simulator.runner import build
+
+    cfg = resolve(_scenario(dp))
+    workload, _ = build(cfg)
+    sim = build_dp_simulation(cfg, workload, None)
+    return sim, sim.run()
+
+
+def test_each_step_lasts_as_long_as_the_slowest_rank_and_idle_ranks_run_dummy_steps() -> None:
+    sim, result = _lockstep_run(2)
+    server = sim.server
+    steps = result.steps
+    assert len(server.rank_durations) == len(steps)
+    dummy = server.cost_models[0].step_time(DUMMY_BATCH)
+    assert dummy > 0
+    assert steps["duration_s"].tolist() == pytest.approx([max(t) for t in server.rank_durations])
+    # some steps found one rank idle: it ran a dummy step, and the step took the other's time
+    with_dummy = [t for t in server.rank_durations if dummy in t]
+    assert with_dummy and any(max(t) > dummy for t in with_dummy)
+    # ranks differ: a step's time is the max, more than some rank's own
+    assert sum(1 for t in server.rank_durations if t[0] != t[1]) > len(steps) / 2
+
+
+def test_every_request_is_served_once_by_one_rank() -> None:
+    sim, result = _lockstep_run(2)
+    req = result.requests
+    assert len(req) == 200 and req["finish_s"].notna().all()
+    assert sorted(sim.server.rank_of) == list(range(200))
+    per_rank = pd.Series(sim.server.rank_of).value_counts()
+    assert set(per_rank.index) == {0, 1} and abs(per_rank[0] - per_rank[1]) < 40
+    assert sim.server.balancer.in_flight == [0, 0]
+    assert int(req["output_len"].sum()) == sim.recorder.num_tokens
+
+
+def test_two_ranks_serve_faster_than_one_and_runs_repeat_exactly() -> None:
+    one = run(_scenario(None))
+    two = run(_scenario(2))
+    assert two.summary["e2e_p90_s"] < one.summary["e2e_p90_s"]
+    again = run(_scenario(2))
+    pd.testing.assert_frame_equal(two.requests, again.requests)
+    pd.testing.assert_frame_equal(two.steps, again.steps)
+
+
+def test_data_parallel_size_one_is_bit_identical_to_no_parallel() -> None:
+    plain = run(_scenario(None))
+    one = run(_scenario(1))
+    pd.testing.assert_frame_equal(plain.requests, one.requests)
+    pd.testing.assert_frame_equal(plain.steps, one.steps)
+
+
+def test_kv_per_rank_grows_with_the_experts_split_over_ep() -> None:
+    model, hw = load_model(QWEN), load_hardware("rtx-pro-6000")
+    whole = derive_num_blocks(model, hw, 1, 16, 0.9, max_num_batched_tokens=2048, max_num_seqs=128)
+    half = derive_num_blocks(
+        model, hw, 1, 16, 0.9, max_num_batched_tokens=2048, max_num_seqs=128, ep=2
+    )
+    routed = model.num_moe_layers * (model.num_experts or 0) * model.expert_bytes
+    block = model.kv_bytes_per_token_per_gpu(1) * 16
+    # half the routed experts' bytes more room: that many more blocks (within rounding)
+    assert half - whole == pytest.approx(routed / 2 / block, abs=1)
+
+
+def _qwen(**parallel: Any) -> dict[str, Any]:
+    lss = DATA / "llmservingsim"
+    return {
+        "name": "q",
+        "parallel": {"data_parallel_size": 2, **parallel},
+        "scheduler": {"max_num_batched_tokens": 2048, "max_num_seqs": 128, "block_size": 16},
+        "cost_model": {
+            "type": "profiled",
+            "profile": str(lss / "profiles" / "RTXPRO6000" / "Qwen3-30B-A3B-Instruct-2507"),
+            "model": QWEN,
+            "hardware": "rtx-pro-6000",
+        },
+        "workload": {
+            "num_requests": 2,
+            "arrival": {"process": "poisson", "rate": 1},
+            "prompt_len": {"dist": "fixed", "value": 100},
+            "output_len": {"dist": "fixed", "value": 2},
+        },
+    }
+
+
+def test_expert_parallel_sets_the_cost_models_degree_and_the_ranks_kv() -> None:
+    from simulator.cost import build_cost_model
+
+    ep = resolve(_qwen(enable_expert_parallel=True))
+    no_ep = resolve(_qwen())
+    assert ep.cost_model.expert_parallel == 2 and no_ep.cost_model.expert_parallel == 1  # type: ignore[union-attr]
+    assert ep.scheduler.num_blocks > no_ep.scheduler.num_blocks  # type: ignore[operator]
+    # a decode step of 64 sequences: EP halves the experts each rank reads but adds the
+    # all-to-all; both show in the time
+    batch = Batch((1,) * 64, (500,) * 64)
+    t_ep = build_cost_model(ep.cost_model).step_time(batch)
+    t_no = build_cost_model(no_ep.cost_model).step_time(batch)
+    assert t_ep != t_no
+
+
+def test_an_ep_degree_that_does_not_divide_the_experts_is_one_line() -> None:
+    bad = _qwen(enable_expert_parallel=True)
+    bad["parallel"]["data_parallel_size"] = 3  # 128 experts over 3 GPUs
+    with pytest.raises(InputError, match=r"parallel.enable_expert_parallel: .*does not divide"):
+        resolve(bad)
+
+
+def test_expert_parallel_needs_the_profiled_model() -> None:
+    data = _scenario(2)
+    data["parallel"]["enable_expert_parallel"] = True
+    with pytest.raises(InputError, match="profiled cost model only"):
+        resolve(data)
+
+
+def test_each_moe_layer_adds_the_all_to_all_over_the_presets_link() -> None:
+    from simulator.cost import build_cost_model
+    from simulator.cost.all_to_all import all_to_all_time
+
+    cm = resolve(_qwen(enable_expert_parallel=True)).cost_model
+    ideal = cm.model_copy(update={"interconnect_bandwidth": 1e30, "allreduce_latency_us": 0.0})
+    batch = Batch((1,) * 64, (500,) * 64)
+    real, free = build_cost_model(cm), build_cost_model(ideal)
+    model = real.model  # type: ignore[attr-defined]
+    # rtx-pro-6000: 16 GB/s and 20 us (the preset's link); dispatch + combine per MoE layer
+    want = model.num_moe_layers * all_to_all_time(
+        64, model.hidden_size, 2, 16e9, 20.0, top_k=model.num_experts_per_tok
+    )
+    assert want > 1e-3
+    assert real.step_time(batch) - free.step_time(batch) == pytest.approx(want, rel=1e-9)
