@@ -79,38 +79,31 @@ class MemoryBudget:
         )
 
 
-def _presets(cm: CostModelConfig, prefix: str) -> tuple[str, str, int, str] | None:
-    """(model, hardware, tp, field) a cost model names, or None (a linear model)."""
-    from simulator.cost import ProfiledCostConfig, RooflineCostConfig
-    from simulator.cost.fitted import FittedCostConfig, load_preset
-
-    if isinstance(cm, RooflineCostConfig | ProfiledCostConfig):
-        return cm.model, cm.hardware, cm.tp, f"{prefix}cost_model."
-    if isinstance(cm, FittedCostConfig):
-        preset = in_field(f"{prefix}cost_model.path", load_preset, cm.path)
-        return preset.model, preset.hardware, preset.tp, f"{prefix}cost_model.path: {cm.path}: "
-    return None
-
-
 def memory_budget(
     sched: SchedulerConfig, cm: CostModelConfig, prefix: str = ""
 ) -> MemoryBudget | None:
     """The per-GPU memory a resolved scheduler and cost model use, or None when the cost model
     names no model and GPU (or ``num_blocks`` is not set yet)."""
-    named = _presets(cm, prefix)
-    if named is None or sched.num_blocks is None:
+    from simulator.cost.gpus import named_gpus
+
+    gpus = named_gpus(cm, prefix)
+    if gpus is None or sched.num_blocks is None:
         return None
-    model_name, hardware_name, tp, where = named
-    model = in_field(f"{where}model", load_model, model_name)
-    hw = in_field(f"{where}hardware", load_hardware, hardware_name)
+    tp, where = gpus.tp, gpus.where
+    # sized as the KV budget is (runner.num_blocks_for): the config's dtypes, each EP rank's
+    # share of the routed experts
+    dtypes = (getattr(cm, "weight_dtype", None), getattr(cm, "kv_dtype", None))
+    ep = getattr(cm, "expert_parallel", 1)
+    model = in_field(f"{where}model", lambda m: load_model(m, *dtypes), gpus.model)
+    hw = in_field(f"{where}hardware", load_hardware, gpus.hardware)
     activations = activation_peak_bytes(model, tp, sched.max_num_batched_tokens, sched.max_num_seqs)
-    kv = sched.num_blocks * sched.block_size * model.kv_bytes_per_token / tp
+    kv = sched.num_blocks * sched.block_size * model.kv_bytes_per_token_per_gpu(tp)
     return MemoryBudget(
         model=model.name,
         hardware=hw.name,
         tp=tp,
         num_blocks=sched.num_blocks,
-        weights=model.weight_bytes / tp,
+        weights=model.weight_bytes_per_gpu(tp, ep if ep > 1 else None),
         activations=float(activations),
         kv=kv,
         usable=hw.memory_bytes * sched.gpu_memory_utilization,

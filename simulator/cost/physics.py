@@ -105,12 +105,13 @@ class PhysicsCostModel(CostModel):
     def time_sums(self, s: StepSums) -> float:
         """Seconds of a step with these sums: the whole model, in one function (the scalar
         form of ``physics_terms.attention_time`` for attention; tests compare the two)."""
-        nd = s.num_decodes
-        pc = s.num_tokens - nd
-        t = self._tokens(s.num_tokens) + self._sequences(s.num_seqs) + self._a_launch
+        # by position: the engine passes plain tuples in StepSums order on its fast path
+        num_seqs, nd, num_tokens, context, decode_context, all_pairs = s
+        pc = num_tokens - nd
+        t = self._tokens(num_tokens) + self._sequences(num_seqs) + self._a_launch
         if pc > 0:
-            pairs = s.pairs - (s.decode_context + nd)
-            kvp = s.context - s.decode_context
+            pairs = all_pairs - (decode_context + nd)
+            kvp = context - decode_context
             tri = min(pc * (pc + 1) / 2, pairs)
             pad = (Q_TILE - pc) * kvp if pc < Q_TILE else 0
             compute = self._a_pair * (pairs - tri + pad + tri / self._a_causal)
@@ -119,7 +120,7 @@ class PhysicsCostModel(CostModel):
             t += (compute**q + memory**q) ** (1.0 / q)
         if nd > 0:
             occupancy = 1.0 + self._a_occ / math.sqrt(nd)
-            decode = self._a_dread * (s.decode_context + nd) * occupancy + self._a_seq * nd
+            decode = self._a_dread * (decode_context + nd) * occupancy + self._a_seq * nd
             t += decode * self._a_mixed if pc > 0 else decode
         return t
 
