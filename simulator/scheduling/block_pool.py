@@ -7,6 +7,10 @@ reuses it (a prefix-cache hit) until it is evicted, i.e. handed out as a new blo
 without content (never filled, or evicted) are handed out first; cached ones are handed out
 least recently freed first. vLLM's null block is not modelled: ``num_blocks`` counts usable
 blocks only.
+
+A free block in the eviction queue without a hash holds content nobody can hit (a finished
+sequence's own blocks, ``kv_manager.py``): it keeps its place in the eviction order, and
+evicting it touches no hash map.
 """
 
 from __future__ import annotations
@@ -100,25 +104,29 @@ class BlockPool:
             self.block_hash,
             self.cached,
         )
+        k = min(n, len(blank))
+        out = blank[-k:] if k else []  # blank ones, as many pops from the end would give
+        if k:
+            del blank[-k:]
+            out.reverse()
         popleft, stale = self.lru.popleft, self.stale
-        out = []
-        for _ in range(n):
-            if blank:
-                b = blank.pop()
-            else:
+        for _ in range(n - k):
+            b = popleft()
+            while stale[b]:  # an entry left behind by a hit
+                stale[b] -= 1
+                self.num_stale -= 1
                 b = popleft()
-                while stale[b]:  # an entry left behind by a hit
-                    stale[b] -= 1
-                    self.num_stale -= 1
-                    b = popleft()
-                h = block_hash[b]
-                if self.dupes or cached[h] != b:  # type: ignore[index]
-                    self._evict(b)
-                else:  # the usual eviction: the only block with its content
-                    block_hash[b] = None
-                    del cached[h]  # type: ignore[arg-type]
-            ref_cnt[b] = 1
+            h = block_hash[b]
+            if h is None:  # content nobody can hit: nothing to forget
+                pass
+            elif self.dupes or cached[h] != b:
+                self._evict(b)
+            else:  # the usual eviction: the only block with its content
+                block_hash[b] = None
+                del cached[h]
             out.append(b)
+        for b in out:
+            ref_cnt[b] = 1
         return out
 
     def cache(self, block: int, block_hash: int) -> None:
@@ -136,6 +144,24 @@ class BlockPool:
             block_hash[b] = h
             if setdefault(h, b) != b:
                 self.dupes.setdefault(h, []).append(b)
+
+    def cache_pairs(self, pairs: list[tuple[int, int]]) -> None:
+        """``cache(block, block_hash)`` for each pair, in order."""
+        block_hash, setdefault = self.block_hash, self.cached.setdefault
+        for b, h in pairs:
+            block_hash[b] = h
+            if setdefault(h, b) != b:
+                self.dupes.setdefault(h, []).append(b)
+
+    def free_owned(self, blocks: list[int], num_full: int) -> None:
+        """``free(reversed(blocks))`` for blocks only their one holder references, whose
+        first ``num_full`` are full (hashed or not) and the others not: the full ones join
+        the eviction queue tail first, the others the blank ones."""
+        ref_cnt = self.ref_cnt
+        for b in blocks:
+            ref_cnt[b] = 0
+        self.free_blank.extend(reversed(blocks[num_full:]))
+        self.lru.extend(reversed(blocks[:num_full]))
 
     def free(self, blocks: list[int]) -> None:
         """Drop one reference on each of ``blocks``; cached ones are evicted in the order given."""

@@ -163,18 +163,15 @@ class DeferredDecodes:
             return
         growing, filling = run.growing(t, bs), run.filling(t, bs)
         fills = [(seq, (seq.num_computed - seq.deferred_from + t) // bs - 1) for seq in filling]
-        fill_hashes = [extend_hashes(seq, j + 1, bs)[j] for seq, j in fills]
+        keyed = blocks.fill_hashes(fills)
         if self._memo is not None:
-            self._watch_head(grow, fill_hashes)
+            self._watch_head(grow, [h for _, _, h in keyed])
         if grow:
             for seq, b in zip(growing, pool.take(grow), strict=True):
                 seq.block_ids.append(b)
                 seq.num_blocks += 1
             blocks.pool_changed()
-        cache = pool.cache
-        for (seq, j), h in zip(fills, fill_hashes, strict=True):
-            cache(seq.block_ids[j], h)
-            seq.num_cached_blocks = j + 1
+        blocks.cache_filled(fills, keyed)
 
     def _watch_head(self, grow: int, fill_hashes: list[int]) -> None:
         """Forget the head's hit if taking ``grow`` blocks evicts, or the fills cache, a block
