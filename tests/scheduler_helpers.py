@@ -96,7 +96,7 @@ def check_block_invariants(blocks: KVManager, running: list[Sequence]) -> None:
     assert pool.num_free + sum(1 for r in pool.ref_cnt if r > 0) == pool.num_blocks
     assert all(pool.block_hash[b] is None for b in pool.free_blank)
     # a free cached block without a hash holds content nobody can hit (kv_manager.py)
-    assert len(pool.lru) - pool.num_stale == len(free_cached)
+    assert pool.num_free_cached == len(free_cached)
     assert sum(pool.stale) == pool.num_stale >= 0
     listed = list(pool.cached.values()) + [b for bs in pool.dupes.values() for b in bs]
     assert len(listed) == len(set(listed))  # no block cached twice
