@@ -38,9 +38,9 @@ def check_invariants(
         assert sched.blocks_used == held
     assert 0 <= sched.blocks_used <= sched.num_blocks
     for s in sched.waiting:
-        assert s.num_blocks == 0 and s.num_computed == 0 and not s.block_ids
+        assert s.num_blocks == 0 and s.num_computed == 0 and not sched.blocks.block_ids(s)
     for s in sched.finished:
-        assert s.num_blocks == 0 and not s.block_ids
+        assert s.num_blocks == 0 and not sched.blocks.block_ids(s)
     if not len(sched.waiting) and not sched.running:
         assert sched.blocks_used == 0
     # I2: the plan stays within budget and never schedules nothing.
@@ -87,7 +87,7 @@ def check_block_invariants(blocks: KVManager, running: list[Sequence]) -> None:
     cached."""
     pool = blocks.pool
     assert min(pool.ref_cnt) >= 0
-    holders = Counter(b for s in running for b in s.block_ids)
+    holders = Counter(b for s in running for b in blocks.block_ids(s))
     assert all(pool.ref_cnt[b] == holders.get(b, 0) for b in range(pool.num_blocks))
     free_cached = list(pool.free_cached())
     free = set(pool.free_blank) | set(free_cached)
@@ -106,12 +106,13 @@ def check_block_invariants(blocks: KVManager, running: list[Sequence]) -> None:
         assert all(pool.block_hash[d] == h for d in pool.dupes.get(h, []))
     assert all(pool.dupes.values())  # no empty duplicate lists left behind
     for s in running:
-        assert s.num_blocks == len(s.block_ids) and len(set(s.block_ids)) == len(s.block_ids)
-        for j, b in enumerate(s.block_ids[: s.num_cached_blocks]):
+        ids = blocks.block_ids(s)
+        assert s.num_blocks == len(ids) and len(set(ids)) == len(ids)
+        for j, b in enumerate(ids[: blocks.num_cached_blocks(s)]):
             if s.prompt_runs is None and pool.block_hash[b] is None:
                 continue  # its own content, registered when preempted (kv_manager.py)
             assert pool.block_hash[b] == s.block_hashes[j]
-        for b in s.block_ids[s.num_cached_blocks :]:
+        for b in ids[blocks.num_cached_blocks(s) :]:
             assert pool.block_hash[b] is None
 
 

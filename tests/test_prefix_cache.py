@@ -109,7 +109,7 @@ def test_hit_stops_before_the_last_token_and_a_preempted_sequence_rehits_its_out
     assert len(kv.lookup(b)) == 1  # 8 tokens: at most 7 from the cache, in whole blocks
     # a decodes 5 tokens (13 known, 12 computed: 3 full blocks), then is preempted
     a.output, a.num_tokens = [0] * 5, 13
-    assert kv.grow(a, 12) and a.num_cached_blocks == 3
+    assert kv.grow(a, 12) and kv.num_cached_blocks(a) == 3
     kv.free(a)
     hits = kv.lookup(a)
     assert len(hits) == 3  # its prompt blocks and the block of its own outputs

@@ -452,13 +452,13 @@ def test_deferred_steps_cache_the_blocks_they_fill() -> None:
         sched.finish_fast_step()
         return plan.num_deferred, plan.deferred_context
 
-    assert sched.blocks.caching and seq.num_cached_blocks == 1
+    assert sched.blocks.caching and sched.blocks.num_cached_blocks(seq) == 1
     assert fast() == (1, 6)  # computes token 7 of 8: nothing new is full
-    assert seq.num_cached_blocks == 1
+    assert sched.blocks.num_cached_blocks(seq) == 1
     assert fast() == (1, 7)  # token 8 fills block 1: cached at once
-    assert seq.num_cached_blocks == 2 and sched.blocks.pool.cached[seq.block_hashes[1]] in (
-        seq.block_ids
-    )
+    assert sched.blocks.num_cached_blocks(seq) == 2 and sched.blocks.pool.cached[
+        seq.block_hashes[1]
+    ] in (sched.blocks.block_ids(seq))
     assert fast() == (1, 8)  # token 9 needs block 2: taken at once
     assert seq.num_blocks == 3 and sched.blocks_used == 3
 
@@ -471,16 +471,16 @@ def test_own_blocks_are_hashed_only_when_they_can_be_hit() -> None:
     seq = Sequence(0, 10, 20)
     assert kv.lookup(seq) == [] and kv.grow(seq, 10)
     pool = kv.pool
-    assert pool is not None and seq.num_cached_blocks == 2 and not pool.cached
+    assert pool is not None and kv.num_cached_blocks(seq) == 2 and not pool.cached
     assert seq.block_hashes == []
-    held = list(seq.block_ids)
+    held = list(kv.block_ids(seq))
     seq.status = SequenceStatus.RUNNING
     kv.free(seq)  # preempted (still running when freed)
     seq.num_preemptions, seq.num_computed, seq.status = 1, 0, SequenceStatus.WAITING
     assert {pool.cached[h] for h in seq.block_hashes} == set(held[:2])
     hits = kv.lookup(seq)
     assert hits == held[:2]  # tail first into the queue, found again from the start
-    assert kv.admit(seq, 10, hits) and seq.block_ids[:2] == held[:2]
+    assert kv.admit(seq, 10, hits) and kv.block_ids(seq)[:2] == held[:2]
     seq.status = SequenceStatus.FINISHED
     kv.free(seq)
     assert list(pool.free_cached()) == [held[1], held[0]]  # cached content, evicted first

@@ -132,7 +132,7 @@ def test_a_prefix_hit_leaves_the_last_token_and_shares_blocks() -> None:
     plan = s.schedule()
     # b hits a's blocks cached at a's scheduling: 3 of its 4 blocks (not the last token's)
     assert plan.num_scheduled_tokens == {"a": 8, "b": 2} and plan.cached_tokens == [0, 6]
-    assert b.block_ids[:3] == a.block_ids[:3] and s.blocks_used == 5
+    assert s.blocks.block_ids(b)[:3] == s.blocks.block_ids(a)[:3] and s.blocks_used == 5
 
 
 def test_check_scheduler_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -37,6 +37,7 @@ from simulator.cluster.router import Request, Router, prefix_keys
 from simulator.cluster.routers import make_router
 from simulator.cluster.tables import ClusterRecords, cluster_result
 from simulator.cost import build_cost_model
+from simulator.engine.clock import sleep_until
 from simulator.engine.result import SimulationResult
 from simulator.engine.server import Server
 from simulator.engine.step_sink import make_sink
@@ -263,10 +264,9 @@ class Cluster:
         """Replica ``r``'s requests, routed up front, as a single server's arrivals."""
         env, nxt, k = self.env, self._next_at, r.index
         for t, i in items:
-            if t > env.now:
-                # the instant simpy will resume us (now + delay): deferred steps stop there
-                nxt[k] = env.now + (t - env.now)
-                yield env.timeout(t - env.now)
+            if t > env.now:  # the instant simpy will resume us: fast windows stop there
+                nxt[k], wake = sleep_until(env, t)
+                yield wake
             self._submit(r, i)
         nxt[k] = INF
         r.server.close()
@@ -288,8 +288,8 @@ class Cluster:
         self._next_route = instants[0] if instants else INF
         for i, t in enumerate(instants):
             if t > env.now:
-                self._next_route = env.now + (t - env.now)
-                yield env.timeout(t - env.now)
+                self._next_route, wake = sleep_until(env, t)
+                yield wake
                 yield env.timeout(0)  # behind the replicas' step boundaries at this instant
             elif i == 0:
                 yield env.timeout(0)
@@ -313,10 +313,10 @@ class Cluster:
         dec.num_incoming += 1
         ready = env.now
         start, end = self.link.book(ready, seq.prompt_len * self.kv_bytes_per_token)
-        landing = ready + (end - ready)  # where simpy's timeout will land
+        landing, wake = sleep_until(env, end)
         self._pending[dec.index].append(landing)
         rec.handoff(i, prefill.index, dec.index, seq.num_preemptions, ready, start, end)
-        yield env.timeout(end - ready)
+        yield wake
         yield env.timeout(0)  # behind the decode replica's step boundaries at this instant
         self._pending[dec.index].remove(landing)
         dec.num_incoming -= 1

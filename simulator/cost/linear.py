@@ -55,13 +55,16 @@ class LinearCostModel(CostModel):
 
     def step_time(self, batch: Batch) -> float:
         """Seconds the step takes."""
-        return self._time(sum(batch.new_tokens), len(batch.new_tokens), sum(batch.context_lens))
+        new = batch.new_tokens
+        sums = (len(new), 0, sum(new), sum(batch.context_lens), 0, 0)
+        return self.time_sums(sums)  # type: ignore[arg-type]
 
     def time_sums(self, sums: StepSums) -> float:
-        """Seconds of a step with these sums (the same arithmetic as ``step_time``)."""
-        return self._time(sums[2], sums[0], sums[3])
-
-    def _time(self, tokens: int, seqs: int, context: int) -> float:
+        """Seconds of a step with these sums (``step_time`` goes through here too)."""
+        # one call: the engine times most steps of a run here
         return (
-            self._base + self._per_token * tokens + self._per_seq * seqs + self._per_ctx * context
+            self._base
+            + self._per_token * sums[2]
+            + self._per_seq * sums[0]
+            + self._per_ctx * sums[3]
         )

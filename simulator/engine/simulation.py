@@ -19,6 +19,7 @@ import pandas as pd
 import simpy
 
 from simulator.cost.interface import CostModel
+from simulator.engine.clock import sleep_until
 from simulator.engine.recorder import Recorder
 from simulator.engine.result import SimulationResult
 from simulator.engine.server import Server
@@ -136,10 +137,9 @@ class Simulation:
         limit = self.max_concurrency
         for i, t in enumerate(self.queued_s.tolist()):
             if t > env.now:
-                # the instant simpy will resume us (now + delay), which the server's decode
-                # windows must not step past
-                self._next_arrival = env.now + (t - env.now)
-                yield env.timeout(t - env.now)
+                # the instant simpy will resume us, which the server's windows must not pass
+                self._next_arrival, wake = sleep_until(env, t)
+                yield wake
             if limit is not None and (self._backlog or self._in_flight >= limit):
                 self._backlog.append(i)
             else:

@@ -157,7 +157,7 @@ class DeferredDecodes:
         """Take (and with a prefix cache, cache) the members' blocks of step ``t``; the caller
         checked that ``grow`` blocks are free."""
         blocks = self.blocks
-        pool, bs = blocks.pool, blocks.block_size
+        pool, bs, tables = blocks.pool, blocks.block_size, blocks.tables
         if pool is None:
             blocks.take(grow)
             return
@@ -168,7 +168,7 @@ class DeferredDecodes:
             self._watch_head(grow, [h for _, _, h in keyed])
         if grow:
             for seq, b in zip(growing, pool.take(grow), strict=True):
-                seq.block_ids.append(b)
+                tables[seq].append(b)
                 seq.num_blocks += 1
             blocks.pool_changed()
         blocks.cache_filled(fills, keyed)

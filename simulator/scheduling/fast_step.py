@@ -120,7 +120,7 @@ class FastSteps(DeferredDecodes):
             if c + n > seq.num_blocks * limit:
                 grown = blocks.grow(seq, c + n)
                 assert grown
-            elif caching and (c + n) // limit > seq.num_cached_blocks:
+            elif caching and (c + n) // limit > blocks.cached.get(seq, 0):
                 blocks.cache_full(seq, c + n)
         self._memo = None  # their blocks may have evicted or cached what the head could hit
 

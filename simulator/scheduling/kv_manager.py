@@ -19,8 +19,8 @@ sequence itself can ever hit its blocks, and only after a preemption. Its full b
 therefore neither hashed nor entered in the hash map while it runs: they are counted
 (``num_cached_blocks``) and registered when it is preempted, before it can look them up. When
 it finishes they go to the free queue as content nobody can hit (no hash), keeping their place
-in the eviction order, all in a few list operations. Every lookup, eviction and table comes out
-as with every block hashed at once.
+in the eviction order, in a few list operations. Every lookup, eviction and table comes out as
+with every block hashed at once.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from simulator.scheduling.sequence import Sequence, SequenceStatus
 
 
 class KVManager:
-    """Which blocks each sequence holds (counted, or with identities and a prefix cache)."""
+    """Which blocks each sequence holds (counted, or with identities and a prefix cache): the
+    block tables are here (vLLM's ``req_to_blocks``); a sequence counts its blocks only."""
 
-    __slots__ = ("num_blocks", "block_size", "caching", "pool", "num_used")
+    __slots__ = ("num_blocks", "block_size", "caching", "pool", "num_used", "tables", "cached")
 
     def __init__(self, num_blocks: int, block_size: int, *, caching: bool) -> None:
         self.num_blocks = num_blocks
@@ -46,6 +47,19 @@ class KVManager:
         """With caching: the blocks, their reference counts and the hash map."""
         self.num_used = 0
         """Blocks held by sequences (a field, not worked out: it is read in every step)."""
+        self.tables: dict[Sequence, list[int]] = {}
+        """With caching: the blocks each sequence holds, in token order."""
+        self.cached: dict[Sequence, int] = {}
+        """With caching: how many of a sequence's blocks are in the prefix cache (hit, or
+        hashed once full; 0 when missing)."""
+
+    def block_ids(self, seq: Sequence) -> list[int]:
+        """The blocks ``seq`` holds, in token order (with caching; else none have ids)."""
+        return self.tables.get(seq, [])
+
+    def num_cached_blocks(self, seq: Sequence) -> int:
+        """How many of ``block_ids(seq)`` are in the prefix cache."""
+        return self.cached.get(seq, 0)
 
     @property
     def num_free(self) -> int:
@@ -104,8 +118,8 @@ class KVManager:
         pool = self.pool
         assert pool is not None
         pool.touch(hits)
-        seq.block_ids.extend(hits)
-        seq.num_blocks = seq.num_cached_blocks = len(hits)
+        self.tables[seq] = list(hits)
+        seq.num_blocks = self.cached[seq] = len(hits)
         self._take(pool, seq, num_tokens)
         self.pool_changed()
         return True
@@ -132,21 +146,22 @@ class KVManager:
     def _take(self, pool: BlockPool, seq: Sequence, num_tokens: int) -> None:
         new = -(-num_tokens // self.block_size) - seq.num_blocks
         if new > 0:
-            seq.block_ids += pool.take(new)
-            seq.num_blocks = len(seq.block_ids)
+            table = self.tables.setdefault(seq, [])
+            table += pool.take(new)
+            seq.num_blocks = len(table)
         self.cache_full(seq, num_tokens)
 
     def cache_full(self, seq: Sequence, num_tokens: int) -> None:
         """Cache the blocks of ``seq`` that are full once it holds ``num_tokens`` tokens of
         KV (only known tokens: never past ``seq.num_tokens``)."""
         full = min(num_tokens, seq.num_tokens) // self.block_size
-        done = seq.num_cached_blocks
+        done = self.cached.get(seq, 0)
         if full <= done:
             return
         if seq.prompt_runs is not None:  # others may hit these blocks from now on
             hashes = extend_hashes(seq, full, self.block_size)
-            self.pool.cache_blocks(seq.block_ids, hashes, done, full)  # type: ignore[union-attr]
-        seq.num_cached_blocks = full
+            self.pool.cache_blocks(self.tables[seq], hashes, done, full)  # type: ignore[union-attr]
+        self.cached[seq] = full
 
     def fill_hashes(self, fills: list[tuple[Sequence, int]]) -> list[tuple[Sequence, int, int]]:
         """``(seq, j, hash)`` for each ``(seq, j)`` of ``fills`` (``seq`` fills its block
@@ -163,10 +178,12 @@ class KVManager:
         self, fills: list[tuple[Sequence, int]], keyed: list[tuple[Sequence, int, int]]
     ) -> None:
         """Count every fill's block as cached and cache those ``fill_hashes()`` keyed."""
+        cached = self.cached
         for seq, j in fills:
-            seq.num_cached_blocks = j + 1
+            cached[seq] = j + 1
         if keyed:
-            self.pool.cache_pairs([(seq.block_ids[j], h) for seq, j, h in keyed])  # type: ignore[union-attr]
+            tables = self.tables
+            self.pool.cache_pairs([(tables[seq][j], h) for seq, j, h in keyed])  # type: ignore[union-attr]
 
     def free(self, seq: Sequence) -> None:
         """Return every block of ``seq`` (with caching: tail first, cached content stays)."""
@@ -174,30 +191,26 @@ class KVManager:
         if pool is None:
             self.num_used -= seq.num_blocks
         elif seq.prompt_runs is None:
-            if seq.status is not SequenceStatus.FINISHED:  # preempted: it may re-hit them
-                self._register(pool, seq)
-            pool.free_owned(seq.block_ids, seq.num_cached_blocks)
-            seq.block_ids = []
-            seq.num_cached_blocks = 0
+            full = self.cached.pop(seq, 0)
+            blocks = self.tables.pop(seq, [])
+            if full and seq.status is not SequenceStatus.FINISHED:  # preempted: may re-hit
+                self._register(pool, seq, blocks[:full])
+            pool.free_owned(blocks, full)
             self.pool_changed()
         else:
-            blocks = seq.block_ids
+            blocks = self.tables.pop(seq, [])
             blocks.reverse()
             pool.free(blocks)
-            seq.block_ids = []
-            seq.num_cached_blocks = 0
+            self.cached.pop(seq, None)
             self.pool_changed()
         seq.num_blocks = 0
 
-    def _register(self, pool: BlockPool, seq: Sequence) -> None:
-        """Enter the full blocks of ``seq`` (no prompt runs) in the hash map, as they would
-        have been when filled; those it hit or registered before are there already."""
-        full = seq.num_cached_blocks
-        if not full:
-            return
-        hashes = extend_hashes(seq, full, self.block_size)
+    def _register(self, pool: BlockPool, seq: Sequence, full: list[int]) -> None:
+        """Enter the ``full`` blocks of ``seq`` (no prompt runs) in the hash map, as they
+        would have been when filled; those it hit or registered before are there already."""
+        hashes = extend_hashes(seq, len(full), self.block_size)
         block_hash, cache = pool.block_hash, pool.cache
-        for j, b in enumerate(seq.block_ids[:full]):
+        for j, b in enumerate(full):
             if block_hash[b] is None:
                 cache(b, hashes[j])
 

@@ -20,7 +20,8 @@ class SequenceStatus(enum.Enum):
 
 
 class Sequence:
-    """One request's token state: the scheduler mutates it, nobody else should."""
+    """One request's token state (its KV blocks are the KV manager's; it counts them): the
+    scheduler mutates it, nobody else should."""
 
     __slots__ = (
         "seq_id",
@@ -35,9 +36,7 @@ class Sequence:
         "num_preemptions",
         "num_tokens",
         "num_cached_tokens",
-        "block_ids",
         "block_hashes",
-        "num_cached_blocks",
         "arrival_order",
         "deferred_from",
     )
@@ -84,12 +83,8 @@ class Sequence:
         self.num_tokens = prompt_len + len(self.output)
         self.num_cached_tokens = -1
         """Prompt tokens served from the prefix cache when first scheduled (-1 before)."""
-        self.block_ids: list[int] = []
-        """The KV blocks held, in token order (only a block manager with identities fills it)."""
         self.block_hashes: list[int] = []
         """Chained content hashes of the sequence's full blocks, computed as needed."""
-        self.num_cached_blocks = 0
-        """How many of ``block_ids`` are in the prefix cache (hit, or hashed once full)."""
         self.arrival_order = 0
         """Position in the order of ``add()`` calls (a priority policy's tie-breaker)."""
         self.deferred_from = 0

@@ -264,7 +264,7 @@ class StepScheduler(FastSteps, Scheduler):
                 i -= dropped
                 if not fits:
                     continue  # it preempted itself: running got shorter, the index stays
-            elif caching and (c + n) // limit > seq.num_cached_blocks:
+            elif caching and (c + n) // limit > blocks.cached.get(seq, 0):
                 blocks.cache_full(seq, c + n)  # no new block, but the step fills one
             plan.seqs.append(seq)
             plan.num_new_tokens.append(n)
