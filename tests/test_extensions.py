@@ -42,8 +42,8 @@ class PerToken(CostModel):
     def step_time(self, batch):
         return self.base + self.per_token * sum(batch.new_tokens)
 
-    def time_sums(self, sums):
-        return self.base + self.per_token * sums.num_tokens
+    def time_sums(self, sums):  # the StepSums fields, by position
+        return self.base + self.per_token * sums[2]
 '''
 
 POLICY = '''

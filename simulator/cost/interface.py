@@ -19,8 +19,10 @@ class CostModel(ABC):
         """Seconds the step takes; > 0 for a non-empty batch."""
 
     def time_sums(self, sums: StepSums) -> float:
-        """Seconds of a step with these sums (``StepSums``: sequences, one-token sequences,
-        tokens computed, KV tokens before the step, those of the one-token sequences, causal
-        query-key pairs). Must equal ``step_time`` of any batch with them to the last bit
-        (only called when ``times_from_sums``)."""
+        """Seconds of a step with these sums, in ``StepSums`` order: sequences, one-token
+        sequences, tokens computed, KV tokens before the step, those of the one-token
+        sequences, causal query-key pairs. Read them by position or unpack them: the engine
+        may pass a plain tuple (most steps are timed so, and a tuple costs least). Must equal
+        ``step_time`` of any batch with them to the last bit (only called when
+        ``times_from_sums``)."""
         raise NotImplementedError(f"{type(self).__name__} times steps only from whole batches")

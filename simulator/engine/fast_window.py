@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Generator, Iterator
-from functools import partial
 from itertools import accumulate, islice, repeat
 from operator import mul
 from typing import Any
@@ -219,13 +218,11 @@ class FastWindow:
 
 
 def decode_sums(m: int, contexts: range) -> Iterator[StepSums]:
-    """The ``StepSums`` of decode steps of ``m`` sequences over ``contexts`` (built in C:
-    most steps of a run are timed from these)."""
+    """The sums of decode steps of ``m`` sequences over ``contexts``, as plain tuples in
+    ``StepSums`` order (built in C, and no object the garbage collector tracks: most steps
+    of a run are timed from these; ``CostModel.time_sums`` reads its record by position)."""
     pairs = range(contexts.start + m, contexts.stop + m, contexts.step)
-    return map(_SUMS, zip(repeat(m), repeat(m), repeat(m), contexts, contexts, pairs))
-
-
-_SUMS = partial(tuple.__new__, StepSums)
+    return zip(repeat(m), repeat(m), repeat(m), contexts, contexts, pairs)  # type: ignore[return-value]
 
 
 def plan_sums(plan: StepPlan) -> StepSums:
