@@ -8,9 +8,11 @@ Cases:
   one H100, budget 2048, 256 sequences, 26,312 blocks of 16.
 - ``quickstart-N``: ``scenarios/quickstart.yaml`` with N requests at a stable 6 req/s (issue
   12's million-request case is ``quickstart-1000000``).
+- any case with ``:POLICY`` after it (``blis-10000:vllm-v1``): that scheduling policy, with
+  its default prefix caching.
 
 Each run is a fresh process (its peak RSS is its own), the engines interleaved run by run,
-best of ``--repeat``; CPU time is the child's user + system time (steadier than wall time on
+medians of ``--repeat``; CPU time is the child's user + system time (steadier than wall time on
 a shared machine). The other checkout runs with the same Python and ``PYTHONPATH`` pointing at
 it, e.g. ``--today /work/baseline`` (a worktree of commit b49a3ca). With both engines, the
 requests tables of their first runs are compared.
@@ -27,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import yaml
@@ -54,7 +57,9 @@ BLIS: dict[str, Any] = {
 
 
 def scenario(case: str) -> dict[str, Any]:
-    """The scenario of ``case``: ``blis``, ``blis-N`` or ``quickstart-N``."""
+    """The scenario of ``case``: ``blis``, ``blis-N`` or ``quickstart-N``, then ``:POLICY``
+    if it names a scheduling policy."""
+    case, _, policy = case.partition(":")
     name, _, n = case.partition("-")
     if name == "blis":
         out = yaml.safe_load(yaml.safe_dump(BLIS))
@@ -65,6 +70,8 @@ def scenario(case: str) -> dict[str, Any]:
         raise SystemExit(f"unknown case {case!r}: blis, blis-N or quickstart-N")
     if n:
         out["workload"]["num_requests"] = int(n)
+    if policy:
+        out["scheduler"]["policy"] = policy
     return out
 
 
@@ -104,7 +111,7 @@ def bench(case: str, engines: dict[str, Path], repeat: int) -> dict[str, list[di
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in engines}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        path = folder / f"{case}.yaml"
+        path = folder / f"{case.replace(':', '-')}.yaml"
         path.write_text(yaml.safe_dump(scenario(case)))
         for i in range(repeat):
             for name, tree in engines.items():
@@ -122,21 +129,20 @@ def bench(case: str, engines: dict[str, Path], repeat: int) -> dict[str, list[di
 
 
 def report(case: str, runs: dict[str, list[dict[str, float]]]) -> None:
-    """A markdown row per engine: best wall, best CPU, largest peak memory, ratios to the
-    first engine."""
+    """A markdown row per engine: median wall, median CPU, largest peak memory, CPU ratio to
+    the first engine."""
     first = next(iter(runs))
-    best = {
-        name: (min(r["wall_s"] for r in rs), min(r["cpu_s"] for r in rs))
+    med = {
+        name: (median(r["wall_s"] for r in rs), median(r["cpu_s"] for r in rs))
         for name, rs in runs.items()
     }
-    print(f"\n| {case} | wall (best) | CPU (best) | peak RSS | wall vs {first} | CPU vs {first} |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(f"\n| {case} | wall (median) | CPU (median) | peak RSS | CPU vs {first} |")
+    print("|---|---:|---:|---:|---:|")
     for name, rs in runs.items():
-        wall, cpu = best[name]
+        wall, cpu = med[name]
         peak = max(r["maxrss_gb"] for r in rs)
         print(
-            f"| {name} | {wall:.1f} s | {cpu:.1f} s | {peak:.2f} GB | "
-            f"{wall / best[first][0]:.2f}x | {cpu / best[first][1]:.2f}x |"
+            f"| {name} | {wall:.1f} s | {cpu:.2f} s | {peak:.2f} GB | {cpu / med[first][1]:.2f}x |"
         )
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from simulator.scheduling import Sequence, SequenceStatus, StepScheduler
 from simulator.scheduling.interface import DecodeStretch
+from simulator.scheduling.kv_manager import KVManager
 from simulator.scheduling.sequence import PromptRuns
 from tests.scheduler_helpers import AnyScheduler, step
 
@@ -435,12 +436,12 @@ def test_a_fast_step_admits_and_prefills_beside_the_group() -> None:
 
 
 def test_deferred_steps_cache_the_blocks_they_fill() -> None:
-    """With prefix caching, deferred steps hash each block the moment a decode fills it: a
-    preempted-then-resumed sequence would hit them, and a waiting one sees them."""
+    """With prefix caching, deferred steps hash each block the moment a decode fills it when
+    another sequence could hit it (a prompt of shared runs): a waiting one sees them."""
     sched = StepScheduler.vllm_v1(
         100, 4, 8, 64, lambda s: len(s.output), sample_many=lambda s, k: [0] * k
     )
-    seq = Sequence(0, 6, 20)
+    seq = Sequence(0, 6, 20, prompt_runs=((7, 6),))
     sched.add(seq)
     sched.schedule()
     sched.update()  # 6 prompt tokens computed: block 0 cached, block 1 half full
@@ -460,3 +461,28 @@ def test_deferred_steps_cache_the_blocks_they_fill() -> None:
     ] in (sched.blocks.block_ids(seq))
     assert fast() == (1, 8)  # token 9 needs block 2: taken at once
     assert seq.num_blocks == 3 and sched.blocks_used == 3
+
+
+def test_own_blocks_are_hashed_only_when_they_can_be_hit() -> None:
+    """A prompt of its own: its full blocks are counted as cached but not hashed while it runs
+    (nobody else can name them); preempted, it re-hits them; finished, they stay in the
+    eviction queue, in their place, without a hash."""
+    kv = KVManager(8, 4, caching=True)
+    seq = Sequence(0, 10, 20)
+    assert kv.lookup(seq) == [] and kv.grow(seq, 10)
+    pool = kv.pool
+    assert pool is not None and kv.num_cached_blocks(seq) == 2 and not pool.cached
+    assert seq.block_hashes == []
+    held = list(kv.block_ids(seq))
+    seq.status = SequenceStatus.RUNNING
+    kv.free(seq)  # preempted (still running when freed)
+    seq.num_preemptions, seq.num_computed, seq.status = 1, 0, SequenceStatus.WAITING
+    assert {pool.cached[h] for h in seq.block_hashes} == set(held[:2])
+    hits = kv.lookup(seq)
+    assert hits == held[:2]  # tail first into the queue, found again from the start
+    assert kv.admit(seq, 10, hits) and kv.block_ids(seq)[:2] == held[:2]
+    seq.status = SequenceStatus.FINISHED
+    kv.free(seq)
+    assert list(pool.free_cached()) == [held[1], held[0]]  # cached content, evicted first
+    other = Sequence(1, 4 * 8, 1)
+    assert kv.grow(other, 4 * 8) and not pool.cached  # evicted all, nothing was left to hit

@@ -7,12 +7,16 @@ reuses it (a prefix-cache hit) until it is evicted, i.e. handed out as a new blo
 without content (never filled, or evicted) are handed out first; cached ones are handed out
 least recently freed first. vLLM's null block is not modelled: ``num_blocks`` counts usable
 blocks only.
+
+A free block in the eviction queue without a hash holds content nobody can hit (a finished
+sequence's own blocks, ``kv_manager.py``): it keeps its place in the eviction order, and
+evicting it touches no hash map.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator
+from itertools import islice
 
 
 class BlockPool:
@@ -24,6 +28,7 @@ class BlockPool:
         "block_hash",
         "free_blank",
         "lru",
+        "head",
         "stale",
         "num_stale",
         "cached",
@@ -40,12 +45,15 @@ class BlockPool:
         # Free blocks without content: handed out first, in any order (they are all alike).
         self.free_blank = list(range(num_blocks - 1, -1, -1))
         # Free blocks with cached content, least recently freed first: the eviction order.
-        # A hit takes a block out of the middle; rather than search the deque (vLLM uses a
-        # linked list), the entry is left behind as stale and skipped when reached: a deque
-        # pops and appends several times faster than an OrderedDict, and blocks move
-        # through it millions of times in a long run. ``stale[b]`` counts b's stale entries,
-        # which always precede its live one; the deque is compacted when half is stale.
-        self.lru: deque[int] = deque()
+        # A hit takes a block out of the middle; rather than search the queue (vLLM uses a
+        # linked list), the entry is left behind as stale and skipped when reached: a list
+        # appends, and hands out many blocks from its head by one slice, far faster than an
+        # OrderedDict, and blocks move through it millions of times in a long run.
+        # ``stale[b]`` counts b's stale entries, which always precede its live one; the
+        # queue is compacted when half is stale. ``lru[head:]`` is the queue: the entries
+        # before ``head`` were handed out, and are dropped once they are half the list.
+        self.lru: list[int] = []
+        self.head = 0
         self.stale = [0] * num_blocks
         self.num_stale = 0
         # hash -> the earliest cached block with that content (the one a lookup returns) ...
@@ -57,18 +65,18 @@ class BlockPool:
     @property
     def num_free(self) -> int:
         """Blocks no sequence holds (cached or not)."""
-        return len(self.free_blank) + len(self.lru) - self.num_stale
+        return len(self.free_blank) + len(self.lru) - self.head - self.num_stale
 
     @property
     def num_free_cached(self) -> int:
         """Free blocks whose content the cache keeps."""
-        return len(self.lru) - self.num_stale
+        return len(self.lru) - self.head - self.num_stale
 
     def free_cached(self) -> Iterator[int]:
         """The free cached blocks, in eviction order (first evicted first)."""
         skip: dict[int, int] = {}
         stale = self.stale
-        for b in self.lru:
+        for b in islice(self.lru, self.head, None):
             seen = skip.get(b, 0)
             if seen < stale[b]:
                 skip[b] = seen + 1
@@ -88,7 +96,7 @@ class BlockPool:
                 stale[b] += 1
                 self.num_stale += 1
             ref_cnt[b] += 1
-        if self.num_stale > 64 and 2 * self.num_stale > len(self.lru):
+        if self.num_stale > 64 and 2 * self.num_stale > len(self.lru) - self.head:
             self._compact()
 
     def take(self, n: int) -> list[int]:
@@ -100,26 +108,50 @@ class BlockPool:
             self.block_hash,
             self.cached,
         )
-        popleft, stale = self.lru.popleft, self.stale
-        out = []
-        for _ in range(n):
-            if blank:
-                b = blank.pop()
-            else:
-                b = popleft()
-                while stale[b]:  # an entry left behind by a hit
+        k = min(n, len(blank))
+        out = blank[-k:] if k else []  # blank ones, as many pops from the end would give
+        if k:
+            del blank[-k:]
+            out.reverse()
+        if n > k:
+            got = self._pop_cached(n - k)
+            if cached:  # else no free block has a hash: nothing to forget
+                for b in got:
+                    h = block_hash[b]
+                    if h is None:  # content nobody can hit
+                        continue
+                    if self.dupes or cached[h] != b:
+                        self._evict(b)
+                    else:  # the usual eviction: the only block with its content
+                        block_hash[b] = None
+                        del cached[h]
+            out += got
+        for b in out:
+            ref_cnt[b] = 1
+        return out
+
+    def _pop_cached(self, m: int) -> list[int]:
+        """The first ``m`` live entries of the free queue, taken out of it."""
+        lru, head = self.lru, self.head
+        if self.num_stale:
+            stale = self.stale
+            got: list[int] = []
+            while len(got) < m:
+                b = lru[head]
+                head += 1
+                if stale[b]:  # an entry left behind by a hit
                     stale[b] -= 1
                     self.num_stale -= 1
-                    b = popleft()
-                h = block_hash[b]
-                if self.dupes or cached[h] != b:  # type: ignore[index]
-                    self._evict(b)
-                else:  # the usual eviction: the only block with its content
-                    block_hash[b] = None
-                    del cached[h]  # type: ignore[arg-type]
-            ref_cnt[b] = 1
-            out.append(b)
-        return out
+                else:
+                    got.append(b)
+        else:
+            got = lru[head : head + m]
+            head += m
+        if head > 4096 and 2 * head > len(lru):
+            del lru[:head]
+            head = 0
+        self.head = head
+        return got
 
     def cache(self, block: int, block_hash: int) -> None:
         """Record that the held ``block`` is full with content ``block_hash``."""
@@ -136,6 +168,24 @@ class BlockPool:
             block_hash[b] = h
             if setdefault(h, b) != b:
                 self.dupes.setdefault(h, []).append(b)
+
+    def cache_pairs(self, pairs: list[tuple[int, int]]) -> None:
+        """``cache(block, block_hash)`` for each pair, in order."""
+        block_hash, setdefault = self.block_hash, self.cached.setdefault
+        for b, h in pairs:
+            block_hash[b] = h
+            if setdefault(h, b) != b:
+                self.dupes.setdefault(h, []).append(b)
+
+    def free_owned(self, blocks: list[int], num_full: int) -> None:
+        """``free(reversed(blocks))`` for blocks only their one holder references, whose
+        first ``num_full`` are full (hashed or not) and the others not: the full ones join
+        the eviction queue tail first, the others the blank ones."""
+        ref_cnt = self.ref_cnt
+        for b in blocks:
+            ref_cnt[b] = 0
+        self.free_blank.extend(reversed(blocks[num_full:]))
+        self.lru.extend(reversed(blocks[:num_full]))
 
     def free(self, blocks: list[int]) -> None:
         """Drop one reference on each of ``blocks``; cached ones are evicted in the order given."""
@@ -167,6 +217,7 @@ class BlockPool:
 
     def _compact(self) -> None:
         """Drop the stale entries of the free queue (the live order is kept)."""
-        self.lru = deque(self.free_cached())
+        self.lru = list(self.free_cached())
+        self.head = 0
         self.stale = [0] * self.num_blocks
         self.num_stale = 0

@@ -157,24 +157,21 @@ class DeferredDecodes:
         """Take (and with a prefix cache, cache) the members' blocks of step ``t``; the caller
         checked that ``grow`` blocks are free."""
         blocks = self.blocks
-        pool, bs, tables, cached = blocks.pool, blocks.block_size, blocks.tables, blocks.cached
+        pool, bs, tables = blocks.pool, blocks.block_size, blocks.tables
         if pool is None:
             blocks.take(grow)
             return
         growing, filling = run.growing(t, bs), run.filling(t, bs)
         fills = [(seq, (seq.num_computed - seq.deferred_from + t) // bs - 1) for seq in filling]
-        fill_hashes = [extend_hashes(seq, j + 1, bs)[j] for seq, j in fills]
+        keyed = blocks.fill_hashes(fills)
         if self._memo is not None:
-            self._watch_head(grow, fill_hashes)
+            self._watch_head(grow, [h for _, _, h in keyed])
         if grow:
             for seq, b in zip(growing, pool.take(grow), strict=True):
                 tables[seq].append(b)
                 seq.num_blocks += 1
             blocks.pool_changed()
-        cache = pool.cache
-        for (seq, j), h in zip(fills, fill_hashes, strict=True):
-            cache(tables[seq][j], h)
-            cached[seq] = j + 1
+        blocks.cache_filled(fills, keyed)
 
     def _watch_head(self, grow: int, fill_hashes: list[int]) -> None:
         """Forget the head's hit if taking ``grow`` blocks evicts, or the fills cache, a block

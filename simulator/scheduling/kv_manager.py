@@ -12,13 +12,22 @@ on, every block has an identity in a ``BlockPool`` and the rules are vLLM's:
 - a hit block still held by another sequence is shared (one more reference) and costs no
   free block; a hit block sitting free in the cache leaves the free queue;
 - a sequence's blocks are freed tail first, so its last blocks are evicted first.
+
+Cost follows what can be hit. A sequence without prompt runs (``prompt_runs`` None: a prompt
+of its own) chains every block onto a first block no other sequence can name, so only the
+sequence itself can ever hit its blocks, and only after a preemption. Its full blocks are
+therefore neither hashed nor entered in the hash map while it runs: they are counted
+(``num_cached_blocks``) and registered when it is preempted, before it can look them up. When
+it finishes they go to the free queue as content nobody can hit (no hash), keeping their place
+in the eviction order, in a few list operations. Every lookup, eviction and table comes out as
+with every block hashed at once.
 """
 
 from __future__ import annotations
 
 from simulator.scheduling.block_hash import extend_hashes
 from simulator.scheduling.block_pool import BlockPool
-from simulator.scheduling.sequence import Sequence
+from simulator.scheduling.sequence import Sequence, SequenceStatus
 
 
 class KVManager:
@@ -76,6 +85,8 @@ class KVManager:
         pool = self.pool
         if n <= 0 or pool is None:
             return []
+        if seq.prompt_runs is None and not seq.num_preemptions:
+            return []  # nobody else can name its blocks, and it never held any
         cached = pool.cached
         # the first block decides most lookups (a new prompt of its own misses at once)
         if extend_hashes(seq, 1, self.block_size)[0] not in cached:
@@ -147,15 +158,45 @@ class KVManager:
         done = self.cached.get(seq, 0)
         if full <= done:
             return
-        hashes = extend_hashes(seq, full, self.block_size)
-        self.pool.cache_blocks(self.tables[seq], hashes, done, full)  # type: ignore[union-attr]
+        if seq.prompt_runs is not None:  # others may hit these blocks from now on
+            hashes = extend_hashes(seq, full, self.block_size)
+            self.pool.cache_blocks(self.tables[seq], hashes, done, full)  # type: ignore[union-attr]
         self.cached[seq] = full
+
+    def fill_hashes(self, fills: list[tuple[Sequence, int]]) -> list[tuple[Sequence, int, int]]:
+        """``(seq, j, hash)`` for each ``(seq, j)`` of ``fills`` (``seq`` fills its block
+        ``j`` in this step) whose block another sequence could hit (the module's docstring);
+        ``cache_filled()`` caches them once the step's blocks are taken."""
+        bs = self.block_size
+        return [
+            (seq, j, extend_hashes(seq, j + 1, bs)[j])
+            for seq, j in fills
+            if seq.prompt_runs is not None
+        ]
+
+    def cache_filled(
+        self, fills: list[tuple[Sequence, int]], keyed: list[tuple[Sequence, int, int]]
+    ) -> None:
+        """Count every fill's block as cached and cache those ``fill_hashes()`` keyed."""
+        cached = self.cached
+        for seq, j in fills:
+            cached[seq] = j + 1
+        if keyed:
+            tables = self.tables
+            self.pool.cache_pairs([(tables[seq][j], h) for seq, j, h in keyed])  # type: ignore[union-attr]
 
     def free(self, seq: Sequence) -> None:
         """Return every block of ``seq`` (with caching: tail first, cached content stays)."""
         pool = self.pool
         if pool is None:
             self.num_used -= seq.num_blocks
+        elif seq.prompt_runs is None:
+            full = self.cached.pop(seq, 0)
+            blocks = self.tables.pop(seq, [])
+            if full and seq.status is not SequenceStatus.FINISHED:  # preempted: may re-hit
+                self._register(pool, seq, blocks[:full])
+            pool.free_owned(blocks, full)
+            self.pool_changed()
         else:
             blocks = self.tables.pop(seq, [])
             blocks.reverse()
@@ -163,6 +204,15 @@ class KVManager:
             self.cached.pop(seq, None)
             self.pool_changed()
         seq.num_blocks = 0
+
+    def _register(self, pool: BlockPool, seq: Sequence, full: list[int]) -> None:
+        """Enter the ``full`` blocks of ``seq`` (no prompt runs) in the hash map, as they
+        would have been when filled; those it hit or registered before are there already."""
+        hashes = extend_hashes(seq, len(full), self.block_size)
+        block_hash, cache = pool.block_hash, pool.cache
+        for j, b in enumerate(full):
+            if block_hash[b] is None:
+                cache(b, hashes[j])
 
     # -- deferred decode steps without caching -------------------------------------------------
     # A run of deferred decode steps takes blocks for many sequences at once and writes each
