@@ -11,18 +11,14 @@ import pytest
 import yaml
 
 from simulator.cli import main
+from tests.test_cli import SMALL as CLI_SMALL
 
+# test_cli's scenario, smaller: a sweep of six points stays quick
 SMALL: dict[str, Any] = {
+    **CLI_SMALL,
     "name": "plan-test",
     "seed": 1,
-    "scheduler": {"max_num_batched_tokens": 256, "max_num_seqs": 16, "num_blocks": 120},
-    "cost_model": {"type": "linear", "base_ms": 4, "per_token_ms": 0.03, "per_seq_ms": 0.05},
-    "workload": {
-        "num_requests": 40,
-        "arrival": {"process": "poisson", "rate": 6},
-        "prompt_len": {"dist": "uniform", "low": 20, "high": 200},
-        "output_len": {"dist": "uniform", "low": 1, "high": 40},
-    },
+    "workload": {**CLI_SMALL["workload"], "num_requests": 40},
 }
 
 
