@@ -8,6 +8,7 @@ from typing import Any
 
 from simulator.config import ScenarioConfig
 from simulator.cost import CostModel, build_cost_model
+from simulator.cost.physics import PhysicsCostConfig
 from simulator.cost.profiled import ProfiledCostConfig
 from simulator.engine.dp_simulation import DataParallelSimulation
 from simulator.engine.serving import StepWithCpu
@@ -32,9 +33,10 @@ def with_expert_parallel(cfg: ScenarioConfig) -> ScenarioConfig:
     if ep == 1:
         return cfg
     cm = cfg.cost_model
-    if not isinstance(cm, ProfiledCostConfig):
+    if not isinstance(cm, ProfiledCostConfig | PhysicsCostConfig):
         raise InputError(
-            "parallel.enable_expert_parallel: supported with the profiled cost model only "
+            "parallel.enable_expert_parallel: supported with the profiled and physics cost "
+            "models only "
             f"(cost_model.type is {cm.type})"
         )
     from simulator.cost.presets import load_hardware, load_model
@@ -44,7 +46,7 @@ def with_expert_parallel(cfg: ScenarioConfig) -> ScenarioConfig:
     except InputError as err:
         raise InputError(f"parallel.enable_expert_parallel: {err}") from None
     if (
-        cm.interconnect_bandwidth is None
+        getattr(cm, "interconnect_bandwidth", None) is None
         and load_hardware(cm.hardware).interconnect_bandwidth is None
     ):
         raise InputError(

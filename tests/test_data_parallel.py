@@ -176,7 +176,7 @@ def test_an_ep_degree_that_does_not_divide_the_experts_is_one_line() -> None:
 def test_expert_parallel_needs_the_profiled_model() -> None:
     data = _scenario(2)
     data["parallel"]["enable_expert_parallel"] = True
-    with pytest.raises(InputError, match="profiled cost model only"):
+    with pytest.raises(InputError, match="profiled and physics cost models only"):
         resolve(data)
 
 

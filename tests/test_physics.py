@@ -208,19 +208,6 @@ def test_learn_is_deterministic_and_the_cli_writes_a_valid_file(tmp_path: Path) 
     assert main([*args, "--out", str(tmp_path / "x.yaml"), "--exclude", "h200"]) == 2
 
 
-@pytest.mark.parametrize(
-    ("config", "field"),
-    [
-        ("Qwen3-30B-A3B-Instruct-2507.json", "num_experts"),
-        ("Mixtral-8x7B-v0.1.json", "num_experts"),
-    ],
-)
-def test_shapes_it_cannot_price_are_one_line(config: str, field: str) -> None:
-    path = DATA / "llmservingsim" / "models" / config
-    with pytest.raises(InputError, match=f"cost_model.model: .*{field}: MoE"):
-        physics(model=str(path), hardware="rtx-pro-6000")
-
-
 def test_a_dense_config_json_is_priced_like_its_preset() -> None:
     path = DATA / "llmservingsim" / "models" / "Llama-3.1-8B.json"
     batch = Batch((300, 1, 1), (0, 700, 900))

@@ -130,6 +130,8 @@ def _common(cfg: _Config) -> dict[str, Any]:
         "intermediate_size": cfg.integer("intermediate_size"),
         "vocab_size": cfg.integer("vocab_size"),
         "tie_embeddings": tie,
+        "qk_norm": str(cfg.raw.get("model_type")) in ("qwen3", "qwen3_moe")
+        or _architecture(cfg) in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM"),
         "gated_mlp": True,  # every family read here has a SwiGLU MLP / SwiGLU experts
         "dtype_bytes": 2,  # bf16/fp16 activations (vLLM's dtype "auto" for these checkpoints)
     }
@@ -195,6 +197,12 @@ def _experts(cfg: _Config, model_type: str) -> dict[str, Any]:
     if model_type == "qwen2_moe" and shared:  # one shared expert of that width
         fields.update(num_shared_experts=1, shared_expert_intermediate_size=shared)
     return fields
+
+
+def _architecture(cfg: _Config) -> str | None:
+    """The first ``architectures`` entry, if any."""
+    archs = cfg.raw.get("architectures")
+    return str(archs[0]) if isinstance(archs, list) and archs else None
 
 
 def _count(cfg: _Config, key: str) -> int:

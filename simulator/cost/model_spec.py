@@ -45,6 +45,9 @@ class ModelSpec(BaseModel):
     """SwiGLU-style MLP with gate, up and down matrices; ``False`` means up and down only."""
     tie_embeddings: bool = False
     """The LM head reuses the input embedding matrix (counted once in ``num_params``)."""
+    qk_norm: bool = False
+    """An RMSNorm over each query and key head before attention (Qwen3's ``q_norm`` and
+    ``k_norm``): a memory-bound operator per layer the physics model prices."""
     weight_dtype: Dtype | None = None
     """Element type of the linear layers' weights (projections, MLPs, experts); embeddings,
     LM head and router stay at ``dtype_bytes``. None: ``dtype_bytes`` for all."""

@@ -1,6 +1,8 @@
 """The ``physics`` cost model: a step's time as a sum of roofline terms per operator (dense
-matmuls and memory-bound operators by token count, attention by prefill chunk, context and
-decodes, LM head and sampler by sequence, tensor-parallel all-reduces from the link), each
+matmuls and memory-bound operators by token count, routed experts by the pairs and distinct
+experts the tokens touch, attention (GQA or MLA) by prefill chunk, context and decodes, LM
+head and sampler by sequence, tensor-parallel all-reduces and expert-parallel all-to-alls
+from the link), at the weights' and KV's dtypes and the GPU's peak for them; each
 bent by a learned efficiency curve whose parameters belong to the serving stack, not to one
 GPU: a GPU nobody measured is priced from its spec sheet (formulas: ``docs/cost_models.md``;
 parameters: ``configs/physics/params.yaml``, refitted by ``servesim learn``).
@@ -17,11 +19,14 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from simulator.cost.all_to_all import all_to_all_time
 from simulator.cost.batch import Batch, StepSums
+from simulator.cost.dtypes import Dtype
 from simulator.cost.interface import CostModel
 from simulator.cost.physics_params import PhysicsParams
 from simulator.cost.physics_terms import Q_TILE, RankShape, sequence_time, token_time
 from simulator.cost.presets import HardwareSpec, ModelSpec
+from simulator.cost.roofline import matmul_peak
 from simulator.errors import InputError
 
 _US = 1e-6
@@ -31,19 +36,30 @@ _TABLE = 16384
 
 class PhysicsCostConfig(BaseModel):
     """Step time from per-operator roofline terms with learned efficiencies (any GPU preset,
-    any dense model preset; no profile needed)."""
+    any dense or MoE model preset or ``config.json``, GQA or MLA; no profile needed)."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     type: Literal["physics"] = "physics"
     """Discriminator of the cost-model union."""
     model: str
-    """Model preset name (``configs/models/<name>.yaml``) or YAML path."""
+    """Model preset name (``configs/models/<name>.yaml``), YAML path, or the path of a Hugging
+    Face ``config.json``."""
     hardware: str
-    """Hardware preset name (``configs/hardware/<name>.yaml``) or YAML path: peak FLOPs, memory
-    bandwidth, and for ``tp > 1`` the link's bandwidth and all-reduce latency."""
+    """Hardware preset name (``configs/hardware/<name>.yaml``) or YAML path: peak FLOPs (at the
+    weights' dtype), memory bandwidth, and for ``tp > 1`` or expert parallelism the link's
+    bandwidth and latency."""
     tp: int = Field(default=1, ge=1)
     """Tensor-parallel degree: each rank computes its shard; 2 all-reduces per layer."""
+    expert_parallel: int = Field(default=1, ge=1)
+    """Expert-parallel ranks the routed experts are split over (set from ``parallel``): each
+    MoE layer computes the rank's experts for its share of the tokens of all ranks, plus the
+    all-to-all dispatch and combine over the link."""
+    weight_dtype: Dtype | None = None
+    """Dtype of the linear layers' weights (bf16, fp16, fp8, fp4), overriding the model's:
+    their bytes, and their matmuls at the GPU's peak for it (a GPU without it: an error)."""
+    kv_dtype: Dtype | None = None
+    """Dtype of the KV cache, overriding the model's (bytes per element)."""
     params: str | None = None
     """Learned parameters (a ``servesim learn`` YAML); default: the shipped
     ``configs/physics/params.yaml``."""
@@ -66,18 +82,27 @@ class PhysicsCostModel(CostModel):
                 f"cost_model.tp: {cfg.tp} does not divide num_heads={model.num_heads} "
                 f"of model {model.name}"
             )
-        _check_priceable(model)
+        model = model.with_dtypes(cfg.weight_dtype, cfg.kv_dtype)
+        ep = cfg.expert_parallel
+        if ep > 1:
+            if not model.is_moe:
+                raise InputError(
+                    f"cost_model.expert_parallel: {ep}, but model {model.name} has no experts"
+                )
+            model.experts_per_rank(ep)  # EP must divide the experts
         self.cfg, self.model, self.hw = cfg, model, hw
         p, c_scale, m_scale = params.for_gpu(hw.name)
         if not cfg.gpu_fit:
             c_scale = m_scale = 1.0
         self._p = p
         self._flops = hw.peak_flops * c_scale
+        where = "cost_model.weight_dtype" if cfg.weight_dtype else ""
+        self._mm_flops = matmul_peak(model, hw, where) * c_scale
         self._bw = hw.hbm_bandwidth * m_scale
-        self.shape = shape = RankShape.of(model, cfg.tp)
-        comm_fixed, self._comm_per_token = _allreduce_constants(cfg.tp, model, hw)
+        self.shape = shape = RankShape.of(model, cfg.tp, ep)
+        comm_fixed, self._comm_per_token = _link_constants(cfg.tp, ep, model, hw)
         counts = np.arange(_TABLE + 1, dtype=float)
-        tokens = token_time(counts, shape, self._flops, self._bw, p, hw.hbm_bandwidth)
+        tokens = self._token_terms(counts)
         tokens = tokens + np.where(counts > 0, comm_fixed + self._comm_per_token * counts, 0.0)
         self._comm_fixed = comm_fixed
         self._token_table: list[float] = tokens.tolist()
@@ -86,13 +111,28 @@ class PhysicsCostModel(CostModel):
         ).tolist()
         self._attention_constants()
 
+    def _token_terms(self, counts: np.ndarray) -> np.ndarray:
+        """Seconds of the token-parallel operators at each token count (no link time)."""
+        return token_time(
+            counts,
+            self.shape,
+            self._flops,
+            self._bw,
+            self._p,
+            self.hw.hbm_bandwidth,
+            self._mm_flops,
+        )
+
     def _attention_constants(self) -> None:
         """Fold the attention terms' parameters into per-step constants (seconds)."""
         p, s, layers = self._p, self.shape, self.shape.layers
         kvb = s.kv_bytes_per_token
+        rate = self._flops * p["prefill_compute"]
         self._a_launch = layers * p["attn_launch_us"] * _US
         self._a_causal = p["prefill_causal"]
-        self._a_pair = layers * 4.0 * s.q_heads * s.head_dim / (self._flops * p["prefill_compute"])
+        self._a_pair = layers * s.prefill_flops_per_pair / rate
+        self._a_ctx = layers * s.context_flops_per_token / rate  # MLA: decompress the latent
+        self._a_dpair = layers * s.decode_flops_per_pair / rate  # MLA: decodes over the latent
         self._a_pread = layers * kvb / (self._bw * p["prefill_memory"])
         self._a_sharp = p["attn_sharpness"]
         self._a_dread = layers * kvb / (self._bw * p["decode_memory"])
@@ -115,12 +155,18 @@ class PhysicsCostModel(CostModel):
             tri = min(pc * (pc + 1) / 2, pairs)
             pad = (Q_TILE - pc) * kvp if pc < Q_TILE else 0
             compute = self._a_pair * (pairs - tri + pad + tri / self._a_causal)
+            if self._a_ctx:
+                compute += self._a_ctx * kvp
             memory = self._a_pread * (kvp + pc)
             q = self._a_sharp
             t += (compute**q + memory**q) ** (1.0 / q)
         if nd > 0:
             occupancy = 1.0 + self._a_occ / math.sqrt(nd)
-            decode = self._a_dread * (decode_context + nd) * occupancy + self._a_seq * nd
+            read = self._a_dread * (decode_context + nd) * occupancy
+            if self._a_dpair:
+                q, dcompute = self._a_sharp, self._a_dpair * (decode_context + nd)
+                read = (read**q + dcompute**q) ** (1.0 / q)
+            decode = read + self._a_seq * nd
             t += decode * self._a_mixed if pc > 0 else decode
         return t
 
@@ -131,8 +177,9 @@ class PhysicsCostModel(CostModel):
         return self.time_sums(StepSums.of(batch))
 
     def allreduce_time(self, num_tokens: int) -> float:
-        """Seconds of a step's tensor-parallel all-reduces (in ``time_sums``; 0 at TP 1)."""
-        if self.cfg.tp == 1 or num_tokens == 0:
+        """Seconds of a step's tensor-parallel all-reduces and expert-parallel all-to-alls (in
+        ``time_sums``; 0 on one GPU)."""
+        if (self.cfg.tp == 1 and self.cfg.expert_parallel == 1) or num_tokens == 0:
             return 0.0
         return self._comm_fixed + self._comm_per_token * num_tokens
 
@@ -140,9 +187,7 @@ class PhysicsCostModel(CostModel):
         table = self._token_table
         if n < len(table):
             return table[n]
-        t = token_time(
-            np.array([float(n)]), self.shape, self._flops, self._bw, self._p, self.hw.hbm_bandwidth
-        )[0]
+        t = self._token_terms(np.array([float(n)]))[0]
         return float(t) + self._comm_fixed + self._comm_per_token * n
 
     def _sequences(self, n: int) -> float:
@@ -161,35 +206,28 @@ class PhysicsCostModel(CostModel):
         )
 
 
-def _check_priceable(model: ModelSpec) -> None:
-    """This version prices dense attention and MLPs at one 16-bit dtype: anything else is
-    one line naming the field, not a dense model's price given silently."""
-    why = None
-    if model.is_moe:
-        why = "num_experts: MoE layers are not priced by the physics model yet"
-    elif model.is_mla:
-        why = "kv_lora_rank: MLA attention is not priced by the physics model yet"
-    elif model.weight_dtype_bytes != 2 or model.kv_dtype_bytes != 2:
-        why = "weight_dtype/kv_dtype: the physics model prices 16-bit weights and KV only"
-    if why is not None:
-        raise InputError(
-            f"cost_model.model: {model.name}: {why} (the roofline and profiled models price it)"
-        )
-
-
-def _allreduce_constants(tp: int, model: ModelSpec, hw: HardwareSpec) -> tuple[float, float]:
-    """Seconds per step and per token of the 2 ring all-reduces per layer under TP, from the
-    preset's link (not learned: no public all-reduce timings in the data); a preset without
-    a link cannot price ``tp > 1``."""
-    if tp == 1:
+def _link_constants(tp: int, ep: int, model: ModelSpec, hw: HardwareSpec) -> tuple[float, float]:
+    """Seconds per step and per token of the link: the 2 ring all-reduces per layer under TP
+    (not learned: no public all-reduce timings in the data) and, under EP, each MoE layer's
+    all-to-all dispatch and combine (``all_to_all.py``: linear in the tokens); a preset
+    without a link cannot price either."""
+    if tp == 1 and ep == 1:
         return 0.0, 0.0
     if hw.interconnect_bandwidth is None:
         raise InputError(
             f"cost_model.hardware: preset {hw.name} has no interconnect_bandwidth, which the "
-            f"physics model needs for tp={tp}"
+            f"physics model needs for tp={tp}, expert_parallel={ep}"
         )
-    latency = hw.allreduce_latency_us or 0.0  # presets without it: none measured, none added
-    num = 2 * model.num_layers
-    ring = 2.0 * (tp - 1) / tp  # a ring all-reduce sends this much of the buffer
-    per_token = num * ring * model.hidden_size * model.dtype_bytes / hw.interconnect_bandwidth
-    return num * latency * _US, per_token
+    bw, latency = hw.interconnect_bandwidth, hw.allreduce_latency_us or 0.0
+    fixed = per_token = 0.0
+    if tp > 1:
+        num = 2 * model.num_layers
+        ring = 2.0 * (tp - 1) / tp  # a ring all-reduce sends this much of the buffer
+        per_token = num * ring * model.hidden_size * model.dtype_bytes / bw
+        fixed = num * latency * _US  # presets without a latency: none measured, none added
+    if ep > 1:
+        k, h, n = model.num_experts_per_tok or 1, model.hidden_size, model.num_moe_layers
+        zero = all_to_all_time(0.0, h, ep, bw, latency, top_k=k, bytes_per_element=2)
+        one = all_to_all_time(1.0, h, ep, bw, latency, top_k=k, bytes_per_element=2)
+        fixed, per_token = fixed + n * zero, per_token + n * (one - zero)
+    return fixed, per_token

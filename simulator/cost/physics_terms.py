@@ -8,12 +8,13 @@ efficiency curve of its own shape; the parameter names are ``SHARED`` and ``PER_
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.cost.presets import ModelSpec
+from simulator.cost.physics_shape import RankShape
+
+__all__ = ["PER_GPU", "Q_TILE", "SHARED", "RankShape", "attention_time", "moe_time", "token_time"]
 
 Array = NDArray[np.float64]
 
@@ -40,6 +41,11 @@ SHARED = (
     "mixed_decode",
     "sampler_us",
     "sampler_memory",
+    "moe_launch_us",
+    "moe_compute",
+    "moe_ramp_tokens",
+    "moe_memory",
+    "moe_sharpness",
 )
 """Parameters of the serving stack, the same on every GPU (see ``docs/cost_models.md``)."""
 PER_GPU = ("compute_scale", "memory_scale")
@@ -54,91 +60,30 @@ GEMV_TOKENS = 16
 RTX 4090 and RTX PRO 6000 profiles: every matmul steps up by 5-8% from 16 to 20 tokens)."""
 
 
-@dataclass(frozen=True)
-class RankShape:
-    """One tensor-parallel rank's share of a dense transformer: what its operators compute."""
-
-    layers: int
-    """Transformer blocks."""
-    hidden: int
-    """Residual width (not sharded)."""
-    q_heads: int
-    """Query heads on this rank."""
-    kv_heads: int
-    """KV heads on this rank (at least 1: replicated when ``tp`` exceeds them)."""
-    head_dim: int
-    """Width of one head."""
-    intermediate: int
-    """MLP width on this rank."""
-    vocab: int
-    """LM-head rows on this rank."""
-    full_vocab: int
-    """Vocabulary size: the sampler sees every logit (the LM head all-gathers them)."""
-    dtype_bytes: int
-    """Bytes per weight, activation and KV element."""
-    gated: bool
-    """Gate, up and down matrices (else up and down)."""
-
-    @classmethod
-    def of(cls, model: ModelSpec, tp: int) -> RankShape:
-        """The shard of ``model`` one of ``tp`` ranks holds."""
-        return cls(
-            layers=model.num_layers,
-            hidden=model.hidden_size,
-            q_heads=model.num_heads // tp,
-            kv_heads=max(1, model.num_kv_heads // tp),
-            head_dim=model.head_dim,
-            intermediate=model.intermediate_size // tp,
-            vocab=model.vocab_size // tp,
-            full_vocab=model.vocab_size,
-            dtype_bytes=model.dtype_bytes,
-            gated=model.gated_mlp,
-        )
-
-    def gemms(self) -> dict[str, tuple[int, int]]:
-        """(k, n) of each per-layer matmul: the token count is its M."""
-        h, d = self.hidden, self.head_dim
-        up = (2 if self.gated else 1) * self.intermediate
-        return {
-            "qkv_proj": (h, (self.q_heads + 2 * self.kv_heads) * d),
-            "o_proj": (self.q_heads * d, h),
-            "gate_up_proj": (h, up),
-            "down_proj": (self.intermediate, h),
-        }
-
-    def elementwise(self) -> dict[str, tuple[str, int, int]]:
-        """Per-token memory-bound operators: name -> (efficiency parameter's kind, elements
-        moved per token, calls per layer; 0 calls: once per step)."""
-        h, qk = self.hidden, (self.q_heads + self.kv_heads) * self.head_dim
-        act = (3 if self.gated else 2) * self.intermediate
-        return {
-            # fused residual add + RMSNorm: reads x and the residual, writes both
-            "layernorm": ("norm", 4 * h, 2),
-            "rotary_emb": ("rotary", 2 * qk, 1),
-            "act_fn": ("act", act, 1),
-            "embedding": ("embedding", 2 * h, 0),
-            "final_layernorm": ("norm", 4 * h, 0),
-        }
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """KV bytes of one token in one layer on this rank."""
-        return 2 * self.kv_heads * self.head_dim * self.dtype_bytes
-
-
 def smooth_max(a: Array, b: Array, sharpness: float) -> Array:
     """``(a^p + b^p)^(1/p)``: the roofline's max, rounded near the ridge."""
     return np.asarray((a**sharpness + b**sharpness) ** (1.0 / sharpness))
 
 
-def gemm_time(m: Array, k: int, n: int, flops: float, bw: float, p: Params, dt: int) -> Array:
+def gemm_time(
+    m: Array,
+    k: int,
+    n: int,
+    flops: float,
+    bw: float,
+    p: Params,
+    dt: float,
+    wdt: float | None = None,
+) -> Array:
     """Seconds of an ``m x k`` by ``k x n`` matmul: a launch plus the smooth max of compute
     (efficiency rising with ``m`` to the plateau ``gemm_compute``: ``m / (m + ramp)``) and
-    memory (weights read once, activations in and out; less well by tiled kernels); 0 at
-    ``m = 0``."""
+    memory (weights read once at ``wdt`` bytes each, default ``dt``; activations in and out
+    at ``dt``; less well by tiled kernels); 0 at ``m = 0``. ``flops``: the peak at the
+    weights' dtype (an fp8 matmul runs at the fp8 peak)."""
     m = np.asarray(m, dtype=float)
     compute = 2.0 * k * n * (m + p["gemm_ramp_tokens"]) / (flops * p["gemm_compute"])
-    memory = dt * (k * n + m * (k + n)) / (bw * p["gemm_memory"])
+    w = dt if wdt is None else wdt
+    memory = (w * k * n + dt * m * (k + n)) / (bw * p["gemm_memory"])
     # above GEMV_TOKENS rows the library switches from its skinny kernels to tiled ones,
     # which stream the weights less well (a step seen at 16 -> 20 tokens on both GPUs)
     memory = np.where(m > GEMV_TOKENS, memory / p["gemm_tiled_memory"], memory)
@@ -179,18 +124,20 @@ def attention_time(
 ) -> Array:
     """Seconds of one layer's attention: one launch; the prefill chunks' part (``pc`` tokens
     over ``kvp`` cached ones, ``pairs`` causal query-key pairs: the smooth max of compute and
-    KV read, the causal triangle at its own efficiency, a short chunk padded to a tile); the
-    decodes' part (``nd`` decodes over ``kvd`` cached tokens in all: a cost per decode and the
-    KV read, slower with little parallel work, ``nd`` x KV heads), dearer in a step that also
-    prefills (the decodes then run in the prefill's kernel)."""
+    KV read, the causal triangle at its own efficiency, a short chunk padded to a tile; MLA
+    also decompresses the cached latent); the decodes' part (``nd`` decodes over ``kvd``
+    cached tokens in all: a cost per decode and the KV read, slower with little parallel work,
+    ``nd`` x KV heads; MLA's decodes also compute over the latent, at the prefill's
+    efficiency), dearer in a step that also prefills (the decodes then run in the prefill's
+    kernel)."""
     pc, kvp, pairs, nd, kvd = (np.asarray(x, dtype=float) for x in (pc, kvp, pairs, nd, kvd))
     kvb = shape.kv_bytes_per_token
-    qflops = 4.0 * shape.q_heads * shape.head_dim
+    rate = flops * p["prefill_compute"]
     # the triangle of one chunk of pc tokens; several chunks have less, and at most the pairs
     tri = np.minimum(pc * (pc + 1) / 2, pairs)
     pad = np.maximum(Q_TILE - pc, 0.0) * kvp
     work = pairs - tri + pad + tri / p["prefill_causal"]
-    compute = qflops * work / (flops * p["prefill_compute"])
+    compute = (shape.prefill_flops_per_pair * work + shape.context_flops_per_token * kvp) / rate
     memory = kvb * (kvp + pc) / (bw * p["prefill_memory"])
     prefill = np.where(pc > 0, smooth_max(compute, memory, p["attn_sharpness"]), 0.0)
     units = np.maximum(nd, 1.0) * shape.kv_heads
@@ -200,34 +147,77 @@ def attention_time(
         / (bw * p["decode_memory"])
         * (1.0 + p["decode_occupancy"] / np.sqrt(units))
     )
+    if shape.decode_flops_per_pair:
+        dcompute = shape.decode_flops_per_pair * (kvd + nd) / rate
+        read = smooth_max(read, dcompute, p["attn_sharpness"])
     decode = read + nd * p["decode_seq_us"] * _US
     decode = np.where(nd > 0, decode * np.where(pc > 0, p["mixed_decode"], 1.0), 0.0)
     busy = (pc > 0) | (nd > 0)
     return np.where(busy, p["attn_launch_us"] * _US + prefill + decode, 0.0)
 
 
-def token_time(
-    m: Array, shape: RankShape, flops: float, bw: float, p: Params, spec_bw: float
+def moe_time(
+    pairs: Array, experts: Array, shape: RankShape, flops: float, bw: float, p: Params
 ) -> Array:
-    """Seconds of every token-parallel operator of a step of ``m`` tokens: each layer's
-    matmuls and memory-bound operators, times the layers, and the once-per-step ones. The
-    small memory-bound operators move their data at the spec sheet's ``spec_bw`` times their
-    own efficiency: they live in L2 as much as in DRAM, so the GPU's fitted DRAM scale (in
-    ``bw``) is not theirs."""
+    """Seconds of one MoE layer's routed experts on one rank (a fused grouped GEMM):
+    ``pairs`` (token, expert) pairs over ``experts`` distinct experts touched. A launch
+    plus the smooth max of compute (each expert's rows ramping as a matmul's do, at
+    ``moe_compute`` times the dense matmuls' plateau) and memory (the touched experts'
+    weights, the pairs' activations in and out, at ``moe_memory`` times the dense matmuls'
+    efficiency); 0 without pairs. ``flops``: the peak at the weights' dtype."""
+    pairs, experts = np.asarray(pairs, dtype=float), np.asarray(experts, dtype=float)
+    w = shape.expert_weight_elements
+    rows = pairs + experts * p["moe_ramp_tokens"]
+    compute = 2.0 * w * rows / (flops * p["gemm_compute"] * p["moe_compute"])
+    # in: the hidden vector; gate/up out, activation out, down out (per pair)
+    act = shape.dtype_bytes * pairs * (2 * shape.hidden + 3 * shape.expert_intermediate)
+    memory = (shape.wdt * w * experts + act) / (bw * p["gemm_memory"] * p["moe_memory"])
+    t = p["moe_launch_us"] * _US + smooth_max(compute, memory, p["moe_sharpness"])
+    return np.where(pairs > 0, t, 0.0)
+
+
+def routed(m: Array, shape: RankShape) -> tuple[Array, Array]:
+    """(pairs, expected distinct experts) a rank's MoE layer computes in a step of ``m``
+    tokens on the rank, under uniform routing: the pairs its share of the tokens' top-k
+    picks, and of its ``local_experts`` those hit by the tokens of every rank routing to
+    it (``1 - (1 - k/E)^T`` each: ``ModelSpec.expected_distinct_experts``)."""
     m = np.asarray(m, dtype=float)
-    dt = shape.dtype_bytes
-    per_layer = sum(
-        (gemm_time(m, k, n, flops, bw, p, dt) for k, n in shape.gemms().values()),
-        start=np.zeros_like(m),
-    )
-    per_step = np.zeros_like(m)
+    if not shape.moe_layers:
+        return np.zeros_like(m), np.zeros_like(m)
+    k, e = shape.top_k, shape.experts
+    seen = m * shape.ep * shape.pair_share  # tokens of all ranks sending to these experts
+    return m * k * shape.pair_share, shape.local_experts * (1.0 - (1.0 - k / e) ** seen)
+
+
+def token_time(
+    m: Array,
+    shape: RankShape,
+    flops: float,
+    bw: float,
+    p: Params,
+    spec_bw: float,
+    mm_flops: float | None = None,
+) -> Array:
+    """Seconds of every token-parallel operator of a step of ``m`` tokens: each matmul and
+    memory-bound operator times the layers it runs in, the routed experts of the MoE layers,
+    and the once-per-step operators. Matmuls at quantized weights run at ``mm_flops`` (the
+    peak at their dtype; default ``flops``), routers at ``flops``. The small memory-bound
+    operators move their data at the spec sheet's ``spec_bw`` times their own efficiency:
+    they live in L2 as much as in DRAM, so the GPU's fitted DRAM scale (in ``bw``) is not
+    theirs."""
+    m = np.asarray(m, dtype=float)
+    dt, mmf = shape.dtype_bytes, flops if mm_flops is None else mm_flops
+    out = np.zeros_like(m)
+    for name, (k, n) in shape.gemms().items():
+        f = flops if name == "router" else mmf
+        t = gemm_time(m, k, n, f, bw, p, dt, shape.gemm_weight_bytes(name))
+        out = out + shape.gemm_calls(name) * t
     for kind, elems, calls in shape.elementwise().values():
-        t = elementwise_time(m, kind, elems, spec_bw, p, dt)
-        if calls:
-            per_layer = per_layer + calls * t
-        else:
-            per_step = per_step + t
-    return np.asarray(shape.layers * per_layer + per_step)
+        out = out + calls * elementwise_time(m, kind, elems, spec_bw, p, dt)
+    if shape.moe_layers:
+        pairs, experts = routed(m, shape)
+        out = out + shape.moe_layers * moe_time(pairs, experts, shape, mmf, bw, p)
+    return np.asarray(out)
 
 
 def sequence_time(

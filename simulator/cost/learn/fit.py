@@ -35,9 +35,20 @@ START = {
     "mixed_decode": 1.5,
     "sampler_us": 20.0,
     "sampler_memory": 0.3,
+    # relative to the dense matmuls' (gemm_compute, gemm_memory): 1 prices a grouped GEMM as
+    # dense ones of the same shape, which is what a fit without moe.csv keeps
+    "moe_launch_us": 15.0,
+    "moe_compute": 1.0,
+    "moe_ramp_tokens": 16.0,
+    "moe_memory": 1.0,
+    "moe_sharpness": 3.0,
 }
 """Where the fit starts (physically plausible values; the fit moves every one)."""
-BOUNDS = {"gemm_sharpness": (1.0, 12.0), "attn_sharpness": (1.0, 12.0)}
+BOUNDS = {
+    "gemm_sharpness": (1.0, 12.0),
+    "attn_sharpness": (1.0, 12.0),
+    "moe_sharpness": (1.0, 12.0),
+}
 """Parameters with bounds other than ``(1e-4, 1e4)`` times their start."""
 SCALE_PRIOR = 0.3
 """Weight of the pull of each log GPU scale towards 0 for a GPU measured on the stack priced:

@@ -16,6 +16,7 @@ from simulator.cost import physics_terms as terms
 from simulator.cost.physics_terms import Array, Params, RankShape
 from simulator.cost.presets import (
     HardwareSpec,
+    ModelSpec,
     configs_dir,
     load_hardware,
     load_model,
@@ -111,11 +112,16 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def source_model(src: Source) -> ModelSpec:
+    """The shape of ``src``'s profiled model: a YAML beside sources.yaml (a shape only the fit
+    needs), else a model preset or path."""
+    beside = configs_dir() / "physics" / f"{src.model}.yaml"
+    return load_model(str(beside) if beside.is_file() else src.model)
+
+
 def read_source(src: Source, data: Path) -> tuple[list[ObservationSet], list[Path]]:
     """The observation sets of ``src`` (files under ``data``), and the files read."""
-    # a shape only the fit needs (a model's attention part) lives beside sources.yaml
-    beside = configs_dir() / "physics" / f"{src.model}.yaml"
-    model = load_model(str(beside) if beside.is_file() else src.model)
+    model = source_model(src)
     hw = load_hardware(src.hardware)
     tps = src.tp if isinstance(src.tp, list) else [src.tp]
     out: list[ObservationSet] = []
@@ -129,6 +135,9 @@ def read_source(src: Source, data: Path) -> tuple[list[ObservationSet], list[Pat
             folder = data / src.path / f"tp{tp}"
             out += _bundle(src, folder, shape, hw)
             files += [folder / f for f in ("dense.csv", "per_sequence.csv", "attention.csv")]
+            if shape.moe_layers and (folder / "moe.csv").is_file():
+                out.append(_moe(src, folder / "moe.csv", shape, hw))
+                files.append(folder / "moe.csv")
     return out, sorted(set(files))
 
 
@@ -166,7 +175,7 @@ def _vidur(src: Source, path: Path, tp: int, shape: RankShape, hw: HardwareSpec)
 
 def _bundle(src: Source, folder: Path, shape: RankShape, hw: HardwareSpec) -> list:
     """An LLMServingSim bundle's matmuls, memory-bound operators, LM head, sampler and
-    attention (its ``qk_norm`` and ``moe.csv`` are not priced: see sources.yaml)."""
+    attention (its ``qk_norm`` is not priced: see sources.yaml; ``moe.csv``: ``_moe``)."""
     dt, out = shape.dtype_bytes, []
     cols, _ = read_columns(
         folder / "dense.csv", {"layer": "str", "tokens": "int", "time_us": "float"}
@@ -192,6 +201,23 @@ def _bundle(src: Source, folder: Path, shape: RankShape, hw: HardwareSpec) -> li
     out += _per_sequence(src, folder / "per_sequence.csv", shape, hw)
     out += _attention(src, folder / "attention.csv", shape, hw)
     return out
+
+
+def _moe(src: Source, path: Path, shape: RankShape, hw: HardwareSpec) -> ObservationSet:
+    """``moe.csv``: one MoE layer by (tokens on the rank, distinct experts touched), each token
+    routed to ``top_k`` of them; predicted as the router's matmul and the experts' grouped
+    GEMM (the profiled MoE block is both: ``dense.csv`` has no router)."""
+    cols, _ = read_columns(path, {"tokens": "int", "activated_experts": "int", "time_us": "float"})
+    m = np.asarray(cols["tokens"], dtype=float)
+    experts = np.asarray(cols["activated_experts"], dtype=float)
+    measured = np.asarray(cols["time_us"]) * _US
+    pairs, (k, n), dt = m * shape.top_k, shape.gemms()["router"], shape.dtype_bytes
+
+    def predict(p: Params, f: float, b: float) -> Array:
+        router = terms.gemm_time(m, k, n, f, b, p, dt)
+        return np.asarray(router + terms.moe_time(pairs, experts, shape, f, b, p))
+
+    return ObservationSet(src.name, "moe", hw, measured, predict, 1.0)
 
 
 def _per_sequence(src: Source, path: Path, shape: RankShape, hw: HardwareSpec) -> list:

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from simulator.cost.batch import Batch
-from simulator.cost.learn.sources import Source
+from simulator.cost.learn.sources import Source, source_model
 from simulator.cost.physics import PhysicsCostConfig, PhysicsCostModel
 from simulator.cost.physics_params import PhysicsParams
 from simulator.cost.physics_terms import RankShape, gemm_time
-from simulator.cost.presets import load_hardware, load_model
+from simulator.cost.presets import load_hardware
 from simulator.cost.profiled import ProfiledCostConfig, ProfiledCostModel
 from simulator.cost.profiles import read_profile
 
@@ -44,13 +44,13 @@ def bundle_errors(src: Source, tp: int, data: Path, params: PhysicsParams) -> np
     of an LLMServingSim bundle."""
     path = str(data / src.path)
     profile = read_profile(path, "llmservingsim", tp)
-    model, hw = load_model(src.model), load_hardware(src.hardware)
+    model, hw = source_model(src), load_hardware(src.hardware)
     cfg = ProfiledCostConfig(
-        profile=path, model=src.model, hardware=src.hardware, tp=tp, skew=False
+        profile=path, model=model.name, hardware=src.hardware, tp=tp, skew=False
     )
     measured = ProfiledCostModel(cfg, model, hw, profile)
     physics = PhysicsCostModel(
-        PhysicsCostConfig(model=src.model, hardware=src.hardware, tp=tp), model, hw, params
+        PhysicsCostConfig(model=model.name, hardware=src.hardware, tp=tp), model, hw, params
     )
     errs = []
     for batch in step_grid():
@@ -65,7 +65,7 @@ def vidur_errors(src: Source, tp: int, data: Path, params: PhysicsParams) -> np.
     from simulator.cost.profiles.vidur import read_vidur_mlp
 
     prof = read_vidur_mlp(data / src.path, tp)
-    shape = RankShape.of(load_model(src.model), tp)
+    shape = RankShape.of(source_model(src), tp)
     hw = load_hardware(src.hardware)
     p, c, m = params.for_gpu(hw.name)
     names = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
@@ -73,17 +73,14 @@ def vidur_errors(src: Source, tp: int, data: Path, params: PhysicsParams) -> np.
     measured = sum(np.asarray(prof.per_layer[n][1].table(xs)) for n in names)
     predicted = sum(
         gemm_time(xs, k, n, hw.peak_flops * c, hw.hbm_bandwidth * m, p, shape.dtype_bytes)
-        for k, n in shape.gemms().values()
+        for name, (k, n) in shape.gemms().items()
     )
     return np.asarray(predicted / measured - 1)
 
 
 def group_errors(src: Source, data: Path, params: PhysicsParams) -> np.ndarray | None:
-    """Signed step-time errors of every TP degree of ``src``; None for a bundle this model
-    cannot time whole steps of (an MoE one)."""
+    """Signed step-time errors of every TP degree of ``src`` (None: none to compare)."""
     tps = src.tp if isinstance(src.tp, list) else [src.tp]
     if src.format == "vidur-mlp":
         return np.concatenate([vidur_errors(src, tp, data, params) for tp in tps])
-    if any((data / src.path / f"tp{tp}" / "moe.csv").exists() for tp in tps):
-        return None
     return np.concatenate([bundle_errors(src, tp, data, params) for tp in tps])
