@@ -42,7 +42,8 @@ METRICS = ("ttft", "tpot", "e2e")
 
 
 def held_out(data: Path, tmp: Path) -> tuple[str, dict[str, Path]]:
-    """The leave-one-out table, and the parameters fitted without each GPU (by preset)."""
+    """The leave-one-out table, and the parameters fitted without each GPU or model (by
+    preset name)."""
     sources = load_sources(default_sources_path())
     lines = [
         "| held out | group | steps | median abs error | p90 abs error |",
@@ -55,14 +56,9 @@ def held_out(data: Path, tmp: Path) -> tuple[str, dict[str, Path]]:
     ):
         for name in names:
             groups = [s for s in sources.sources if name in (s.hardware, s.model)]
-            if kind == "model" and all(
-                s.format == "llmservingsim" and "qwen3" in s.model for s in groups
-            ):
-                continue  # its only bundle is MoE: no whole steps to compare (see sources.yaml)
             params = learn(sources, data, f"--exclude {name}", [name])
-            if kind == "GPU":
-                without[name] = tmp / f"without-{name}.yaml"
-                without[name].write_text(yaml.safe_dump(params.model_dump(mode="json")))
+            without[name] = tmp / f"without-{name}.yaml"
+            without[name].write_text(yaml.safe_dump(params.model_dump(mode="json")))
             for src in groups:
                 errs = group_errors(src, data, params)
                 if errs is None:
@@ -84,12 +80,15 @@ def _replay(run: RealRun, data: Path, physics: Path | None) -> dict:
         overrides = data_overrides(scenario, data)
     else:
         cm = scenario["cost_model"]
+        model = cm["model"]  # a preset, or the run's config.json under the data folder
+        if model.startswith(DATA_PREFIX):
+            model = str(data / model.removeprefix(DATA_PREFIX))
         overrides = {
             "workload.trace.path": str(
                 data / scenario["workload"]["trace"]["path"].removeprefix(DATA_PREFIX)
             ),
             "cost_model.type": "physics",
-            "cost_model.model": cm["model"],
+            "cost_model.model": model,
             "cost_model.hardware": cm["hardware"],
             "cost_model.params": str(physics),
         }
@@ -102,41 +101,56 @@ def _replay(run: RealRun, data: Path, physics: Path | None) -> dict:
     return {"metrics": metrics, "cpu_s": elapsed}
 
 
+SOURCE_MODEL = {
+    "real-rtx4090-llama31-8b": "llama-3.1-8b",
+    "real-rtxpro6000-llama31-8b": "llama-3.1-8b",
+    "real-rtxpro6000-qwen3-30b-a3b": "qwen3-30b-a3b",
+}
+"""Each run's model as configs/physics/sources.yaml names it (what "model left out" drops:
+for Qwen3-30B-A3B its whole bundle, moe.csv included)."""
+
+
 def end_to_end(data: Path, without: dict[str, Path]) -> str:
     """The per-figure table of every real run, and its summary lines."""
     shipped = ROOT / "configs" / "physics" / "params.yaml"
     lines = [
-        "| run | metric | stat | measured | profiled | physics, GPU left out | physics, GPU "
-        "included | LLMServingSim |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| run | metric | stat | measured | profiled | physics, GPU left out | physics, model "
+        "left out | physics, all included | LLMServingSim |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     summary = []
     for run in RUNS:
         hardware = read_yaml(ROOT / "scenarios" / f"{run.scenario}.yaml")["cost_model"]["hardware"]
         prof = _replay(run, data, None)
         out = _replay(run, data, without[hardware])
+        mod = _replay(run, data, without[SOURCE_MODEL[run.scenario]])
         inc = _replay(run, data, shipped)
         theirs = read_llmservingsim_summary(
             data / "runs" / run.folder / "llmservingsim_summary.txt"
         )
-        errs: dict[str, list[float]] = {"out": [], "inc": [], "gap": []}
+        errs: dict[str, list[float]] = {"out": [], "mod": [], "inc": [], "gap": []}
         for metric in METRICS:
             for stat in STATS:
                 scale, unit = (1e3, "ms") if metric == "tpot" else (1.0, "s")
                 e_p = prof["metrics"][metric][stat]["error_pct"]
                 e_o = out["metrics"][metric][stat]["error_pct"]
                 e_i = inc["metrics"][metric][stat]["error_pct"]
+                e_m = mod["metrics"][metric][stat]["error_pct"]
+                errs["mod"].append(abs(e_m))
                 errs["out"].append(abs(e_o))
                 errs["inc"].append(abs(e_i))
                 errs["gap"].append(abs(e_i) - abs(e_p))
                 measured = prof["metrics"][metric][stat]["measured"] * scale
                 lines.append(
                     f"| {run.name} | {metric.upper()} | {stat} | {measured:,.1f} {unit} "
-                    f"| {e_p:+.1f}% | {e_o:+.1f}% | {e_i:+.1f}% | {theirs[metric][stat]:+.1f}% |"
+                    f"| {e_p:+.1f}% | {e_o:+.1f}% | {e_m:+.1f}% | {e_i:+.1f}% "
+                    f"| {theirs[metric][stat]:+.1f}% |"
                 )
         summary.append(
             f"- {run.name}: GPU left out, median abs error {np.median(errs['out']):.1f}% "
-            f"(worst {max(errs['out']):.1f}%); included, median {np.median(errs['inc']):.1f}% "
+            f"(worst {max(errs['out']):.1f}%); model left out, median "
+            f"{np.median(errs['mod']):.1f}% (worst {max(errs['mod']):.1f}%); included, median "
+            f"{np.median(errs['inc']):.1f}% "
             f"(worst {max(errs['inc']):.1f}%), at most {max(errs['gap']):+.1f} points from "
             f"`profiled`; replay CPU time {inc['cpu_s']:.2f} s with `physics`, "
             f"{prof['cpu_s']:.2f} s with `profiled`."

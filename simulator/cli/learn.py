@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     from simulator.cost.learn.run import learn
     from simulator.cost.learn.sources import default_sources_path, load_sources
+    from simulator.cost.physics_params import default_params_path, load_params
 
     data = Path(args.data)
     if not data.is_dir():
@@ -62,7 +63,10 @@ def run(args: argparse.Namespace) -> int:
     command = "servesim learn " + " ".join(
         shlex.quote(a) for a in ["--out", str(args.out), *_exclude_args(args.exclude)]
     )
-    params = learn(sources, data, command, args.exclude)
+    # the all-reduce profiles are not in the shared data: also where `servesim fetch` saves
+    roots = list(dict.fromkeys([data, Path("data")]))
+    shipped = load_params(None).allreduce if default_params_path().is_file() else None
+    params = learn(sources, data, command, args.exclude, roots, shipped)
     write_text(out, yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False))
     for group, err in params.errors.items():
         print(f"{group}: {err.points} steps, median {err.median_pct:.1f}%, p90 {err.p90_pct:.1f}%")

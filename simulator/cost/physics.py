@@ -100,7 +100,7 @@ class PhysicsCostModel(CostModel):
         self._mm_flops = matmul_peak(model, hw, where) * c_scale
         self._bw = hw.hbm_bandwidth * m_scale
         self.shape = shape = RankShape.of(model, cfg.tp, ep)
-        comm_fixed, self._comm_per_token = _link_constants(cfg.tp, ep, model, hw)
+        comm_fixed, self._comm_per_token = _link_constants(cfg.tp, ep, model, hw, params)
         counts = np.arange(_TABLE + 1, dtype=float)
         tokens = self._token_terms(counts)
         tokens = tokens + np.where(counts > 0, comm_fixed + self._comm_per_token * counts, 0.0)
@@ -206,11 +206,14 @@ class PhysicsCostModel(CostModel):
         )
 
 
-def _link_constants(tp: int, ep: int, model: ModelSpec, hw: HardwareSpec) -> tuple[float, float]:
+def _link_constants(
+    tp: int, ep: int, model: ModelSpec, hw: HardwareSpec, params: PhysicsParams
+) -> tuple[float, float]:
     """Seconds per step and per token of the link: the 2 ring all-reduces per layer under TP
-    (not learned: no public all-reduce timings in the data) and, under EP, each MoE layer's
-    all-to-all dispatch and combine (``all_to_all.py``: linear in the tokens); a preset
-    without a link cannot price either."""
+    (latency and bandwidth learned for NVLink GPUs, ``PhysicsParams.link_for``; else the
+    preset's) and, under EP, each MoE layer's all-to-all dispatch and combine
+    (``all_to_all.py``, over the preset's link: linear in the tokens); a preset without a
+    link cannot price either."""
     if tp == 1 and ep == 1:
         return 0.0, 0.0
     if hw.interconnect_bandwidth is None:
@@ -221,10 +224,12 @@ def _link_constants(tp: int, ep: int, model: ModelSpec, hw: HardwareSpec) -> tup
     bw, latency = hw.interconnect_bandwidth, hw.allreduce_latency_us or 0.0
     fixed = per_token = 0.0
     if tp > 1:
+        ar_bw, ar_latency = params.link_for(hw)
+        assert ar_bw is not None
         num = 2 * model.num_layers
         ring = 2.0 * (tp - 1) / tp  # a ring all-reduce sends this much of the buffer
-        per_token = num * ring * model.hidden_size * model.dtype_bytes / bw
-        fixed = num * latency * _US  # presets without a latency: none measured, none added
+        per_token = num * ring * model.hidden_size * model.dtype_bytes / ar_bw
+        fixed = num * ar_latency * _US  # presets without a latency: none measured, none added
     if ep > 1:
         k, h, n = model.num_experts_per_tok or 1, model.hidden_size, model.num_moe_layers
         zero = all_to_all_time(0.0, h, ep, bw, latency, top_k=k, bytes_per_element=2)

@@ -9,10 +9,17 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simulator.cost.physics_terms import PER_GPU, SHARED
-from simulator.cost.presets import configs_dir, load_yaml_model
+from simulator.cost.presets import HardwareSpec, configs_dir, load_yaml_model
 from simulator.errors import InputError
 
-__all__ = ["GpuFit", "GroupError", "PhysicsParams", "default_params_path", "load_params"]
+__all__ = [
+    "AllReduceFit",
+    "GpuFit",
+    "GroupError",
+    "PhysicsParams",
+    "default_params_path",
+    "load_params",
+]
 
 
 class GpuFit(BaseModel):
@@ -24,6 +31,11 @@ class GpuFit(BaseModel):
     """Achieved matmul peak relative to the preset's ``peak_flops`` x ``gemm_compute``."""
     memory_scale: float = Field(gt=0, allow_inf_nan=False)
     """Achieved bandwidth relative to the preset's ``hbm_bandwidth`` x each term's efficiency."""
+    own_stack: bool = True
+    """Measured on the stack priced. ``false``: only on another stack (Vidur's 2024 profiler),
+    whose memory-bound end is that stack's, not vLLM 0.19's: its memory scale took up the
+    other stack's level in the fit and is not used in pricing (its cuBLAS compute scale
+    is)."""
 
 
 class GroupError(BaseModel):
@@ -37,6 +49,29 @@ class GroupError(BaseModel):
     """Median absolute error, percent."""
     p90_pct: float = Field(ge=0)
     """90th percentile of the absolute error, percent."""
+
+
+class AllReduceFit(BaseModel):
+    """The tensor-parallel all-reduce learned for GPUs on an NVLink link (the only links
+    measured): ``latency_us + 2 (tp - 1) / tp x bytes / (interconnect_bandwidth x
+    bandwidth_efficiency)``; other links keep their preset's values."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    latency_us: float = Field(gt=0, allow_inf_nan=False)
+    """Fixed time of one all-reduce, microseconds."""
+    bandwidth_efficiency: float = Field(gt=0, allow_inf_nan=False)
+    """Achieved ring bandwidth over the preset's one-way ``interconnect_bandwidth``."""
+    link: str = "NVLink"
+    """The presets it applies to: those whose ``interconnect`` starts with it."""
+    points: int = Field(ge=0)
+    """All-reduces fitted."""
+    median_pct: float = Field(ge=0)
+    """Median absolute error of the fit, percent."""
+    p90_pct: float = Field(ge=0)
+    """90th percentile of its absolute error, percent."""
+    fitted_on: list[str] = Field(default_factory=list)
+    """The profiles fitted (repository, commit, path)."""
 
 
 class PhysicsParams(BaseModel):
@@ -60,6 +95,8 @@ class PhysicsParams(BaseModel):
     """Per hardware preset name with measurements: its scales."""
     errors: dict[str, GroupError] = Field(default_factory=dict)
     """Per measured group (GPU / model / tp): the fit's in-sample step-time error."""
+    allreduce: AllReduceFit | None = None
+    """The learned all-reduce (None: every link at its preset's values)."""
 
     @field_validator("shared")
     @classmethod
@@ -78,10 +115,18 @@ class PhysicsParams(BaseModel):
         fit = self.gpus.get(name)
         if fit is None:
             return dict(self.shared), 1.0, 1.0
-        return dict(self.shared), fit.compute_scale, fit.memory_scale
+        return dict(self.shared), fit.compute_scale, fit.memory_scale if fit.own_stack else 1.0
+
+    def link_for(self, hw: HardwareSpec) -> tuple[float | None, float]:
+        """(bandwidth, latency in us) of one all-reduce on ``hw``'s link: learned where
+        ``allreduce`` covers the link, else the preset's (latency 0 when it gives none)."""
+        fit, bw = self.allreduce, hw.interconnect_bandwidth
+        if fit is not None and bw is not None and (hw.interconnect or "").startswith(fit.link):
+            return bw * fit.bandwidth_efficiency, fit.latency_us
+        return bw, hw.allreduce_latency_us or 0.0
 
 
-assert set(PER_GPU) == set(GpuFit.model_fields), "GpuFit's fields are physics_terms.PER_GPU"
+assert set(PER_GPU) == set(GpuFit.model_fields) - {"own_stack"}, "GpuFit's scales are PER_GPU"
 
 
 def default_params_path() -> Path:

@@ -13,6 +13,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.cost import physics_terms as terms
+from simulator.cost.learn.allreduce import AllReduceSource
 from simulator.cost.physics_terms import Array, Params, RankShape
 from simulator.cost.presets import (
     HardwareSpec,
@@ -65,6 +66,8 @@ class Sources(BaseModel):
     """The serving stack the profiles measure."""
     sources: list[Source] = Field(min_length=1)
     """The profiles fitted."""
+    allreduce: list[AllReduceSource] = Field(default_factory=list)
+    """All-reduce profiles of NVLink GPUs (not in the project: read where present)."""
     excluded: list[str] = Field(default_factory=list)
     """Public measurements left out, each with its reason."""
 
