@@ -93,3 +93,20 @@ def test_the_learned_link_prices_nvlink_presets_only() -> None:
     per_token = 160 * 1.5 * 8192 * 2 / bw
     want = 160 * latency * 1e-6 + 64 * per_token
     assert model.allreduce_time(64) == pytest.approx(want, rel=1e-9)  # type: ignore[attr-defined]
+
+
+def test_the_ep_all_to_all_uses_the_learned_nvlink_link() -> None:
+    from simulator.cost.all_to_all import all_to_all_time
+    from tests.paths import DATA, MISSING
+
+    qwen3 = DATA / "llmservingsim" / "models" / "Qwen3-30B-A3B-Instruct-2507.json"
+    assert qwen3.is_file(), MISSING
+    params = load_params(None)
+    bw, latency = params.link_for(load_hardware("h100-sxm"))
+    assert bw is not None
+    cfg = TypeAdapter(CostModelConfig).validate_python(
+        {"type": "physics", "model": str(qwen3), "hardware": "h100-sxm", "expert_parallel": 2}
+    )
+    model = build_cost_model(cfg)
+    want = 48 * all_to_all_time(100, 2048, 2, bw, latency, top_k=8)
+    assert model.allreduce_time(100) == pytest.approx(want, rel=1e-9)  # type: ignore[attr-defined]

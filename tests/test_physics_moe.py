@@ -152,6 +152,10 @@ def test_fp8_weights_read_half_the_bytes_at_the_fp8_peak(tmp_path: Path) -> None
     fp8 = write(tmp_path, V2_LITE)  # quantization_config fp8
     bf16 = write(tmp_path, {**V2_LITE, "quantization_config": None}, "bf16.json")
     q, b = physics(fp8), physics(bf16)
+    # each fp8 matmul's input is quantized first (vLLM's fp8 linear and fused-MoE paths)
+    quant = {k for k in q.shape.elementwise() if k.startswith("quant:")}
+    assert "quant:q_proj" in quant and "quant:experts" in quant and "quant:router" not in quant
+    assert not any(k.startswith("quant:") for k in b.shape.elementwise())
     assert q._mm_flops == pytest.approx(2 * b._mm_flops, rel=1e-3)  # 1,979 vs 989 TFLOPS
     decode, prefill = Batch.uniform(8, 1, 1000), Batch((2048,), (0,))
     assert q.step_time(decode) < 0.8 * b.step_time(decode)

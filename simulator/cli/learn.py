@@ -7,9 +7,13 @@ import argparse
 import shlex
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from simulator.cli.common import Subparsers
 from simulator.errors import InputError
+
+if TYPE_CHECKING:
+    from simulator.cost.physics_params import AllReduceFit
 
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
@@ -49,7 +53,6 @@ def run(args: argparse.Namespace) -> int:
 
     from simulator.cost.learn.run import learn
     from simulator.cost.learn.sources import default_sources_path, load_sources
-    from simulator.cost.physics_params import default_params_path, load_params
 
     data = Path(args.data)
     if not data.is_dir():
@@ -65,8 +68,7 @@ def run(args: argparse.Namespace) -> int:
     )
     # the all-reduce profiles are not in the shared data: also where `servesim fetch` saves
     roots = list(dict.fromkeys([data, Path("data")]))
-    shipped = load_params(None).allreduce if default_params_path().is_file() else None
-    params = learn(sources, data, command, args.exclude, roots, shipped)
+    params = learn(sources, data, command, args.exclude, roots, _shipped_allreduce())
     write_text(out, yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False))
     for group, err in params.errors.items():
         print(f"{group}: {err.points} steps, median {err.median_pct:.1f}%, p90 {err.p90_pct:.1f}%")
@@ -76,3 +78,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _exclude_args(names: list[str]) -> list[str]:
     return [a for n in names for a in ("--exclude", n)]
+
+
+def _shipped_allreduce() -> AllReduceFit | None:
+    """The shipped parameters' all-reduce fit, kept when its profiles are absent (None when
+    the shipped file is absent or no longer valid, e.g. while a parameter is being added)."""
+    from simulator.cost.physics_params import load_params
+
+    try:
+        return load_params(None).allreduce
+    except InputError:
+        return None

@@ -210,10 +210,10 @@ def _link_constants(
     tp: int, ep: int, model: ModelSpec, hw: HardwareSpec, params: PhysicsParams
 ) -> tuple[float, float]:
     """Seconds per step and per token of the link: the 2 ring all-reduces per layer under TP
-    (latency and bandwidth learned for NVLink GPUs, ``PhysicsParams.link_for``; else the
-    preset's) and, under EP, each MoE layer's all-to-all dispatch and combine
-    (``all_to_all.py``, over the preset's link: linear in the tokens); a preset without a
-    link cannot price either."""
+    and, under EP, each MoE layer's all-to-all dispatch and combine (``all_to_all.py``:
+    linear in the tokens), over the link as ``PhysicsParams.link_for`` gives it (latency and
+    efficiency learned for NVLink GPUs, else the preset's); a preset without a link cannot
+    price either."""
     if tp == 1 and ep == 1:
         return 0.0, 0.0
     if hw.interconnect_bandwidth is None:
@@ -221,11 +221,12 @@ def _link_constants(
             f"cost_model.hardware: preset {hw.name} has no interconnect_bandwidth, which the "
             f"physics model needs for tp={tp}, expert_parallel={ep}"
         )
-    bw, latency = hw.interconnect_bandwidth, hw.allreduce_latency_us or 0.0
+    # NVLink presets: the learned latency and efficiency (all-reduce and all-to-all alike)
+    bw, latency = params.link_for(hw)
+    assert bw is not None
     fixed = per_token = 0.0
     if tp > 1:
-        ar_bw, ar_latency = params.link_for(hw)
-        assert ar_bw is not None
+        ar_bw, ar_latency = bw, latency
         num = 2 * model.num_layers
         ring = 2.0 * (tp - 1) / tp  # a ring all-reduce sends this much of the buffer
         per_token = num * ring * model.hidden_size * model.dtype_bytes / ar_bw

@@ -214,6 +214,26 @@ class RankShape:
             out["act_fn"] = ("act", mats * self.intermediate, self.n_dense)
         if self.moe_layers and self.shared_intermediate:
             out["shared_act_fn"] = ("act", mats * self.shared_intermediate, self.moe_layers)
+        out.update(self._activation_quant())
+        return out
+
+    def _activation_quant(self) -> dict[str, tuple[str, int, int]]:
+        """With quantized weights, vLLM quantizes each matmul's input first (a kernel reading
+        it at ``dtype_bytes`` and writing it at the weights' size; the experts' two grouped
+        GEMMs too): an activation-like memory-bound operator per matmul."""
+        if self.wdt >= self.dtype_bytes:
+            return {}
+        grow = 1.0 + self.wdt / self.dtype_bytes  # elements moved per input element
+        out = {
+            f"quant:{name}": ("act", round(k * grow), self.gemm_calls(name))
+            for name, (k, _) in self.gemms().items()
+            if name != "router"
+        }
+        if self.moe_layers:
+            pairs = self.top_k * self.pair_share  # per token on the rank
+            out["quant:experts"] = ("act", round(self.hidden * grow), self.moe_layers)
+            width = pairs * self.expert_intermediate * grow
+            out["quant:experts_down"] = ("act", round(width), self.moe_layers)
         return out
 
     # -- routed experts ----------------------------------------------------------------------
