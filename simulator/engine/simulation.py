@@ -20,16 +20,18 @@ import simpy
 
 from simulator.cost.interface import CostModel
 from simulator.engine.clock import sleep_until
+from simulator.engine.drafts import DraftCost
 from simulator.engine.recorder import Recorder
 from simulator.engine.result import SimulationResult
 from simulator.engine.server import Server
-from simulator.engine.serving import ServingConfig
+from simulator.engine.serving import ServingConfig, StepWithCpu
 from simulator.engine.step_sink import MemorySink, StepSink
 from simulator.engine.tokens import output_checksums
 from simulator.engine.watch import RunState, StopRule, Watch
 from simulator.metrics import DEFAULT_PERCENTILES, build_requests, summarize
 from simulator.scheduling.interface import Scheduler
 from simulator.scheduling.sequence import Sequence
+from simulator.scheduling.spec_config import SpeculativeConfig
 from simulator.workload.workload import Workload
 
 
@@ -50,6 +52,7 @@ class Simulation:
         step_sink: StepSink | None = None,
         serving: ServingConfig | None = None,
         stop: StopRule | None = None,
+        speculative: SpeculativeConfig | None = None,
     ) -> None:
         self.workload = workload
         self.slo = slo
@@ -72,6 +75,10 @@ class Simulation:
         # drawn, so it is not watched (never stopped early)
         self._watch = Watch(stop, len(workload)) if stop and max_concurrency is None else None
         self._progress = progress
+        if speculative is not None and not speculative.num_speculative_tokens:
+            speculative = None  # k = 0: the run without speculation, tables and all
+        self.speculative = speculative
+        """Speculative decoding's settings (its tables and summary keys), or None."""
         self._prompt = workload.prompt_len.tolist()
         self._output = workload.output_len.tolist()
         self.server = Server(
@@ -83,6 +90,7 @@ class Simulation:
             progress=self._tick if self._watch is not None else progress,
             fast_decode=fast_decode,
             on_done=self._slot_freed if max_concurrency is not None else None,
+            drafts=draft_cost(cost_model, speculative),
         )
 
     def _tick(self, num: int) -> None:
@@ -185,6 +193,8 @@ class Simulation:
             }
         )
         summary = summarize(requests, rec.step_stats, rec.itl, self.slo, self.percentiles)
+        if self.speculative is not None:
+            add_spec_metrics(requests, summary, rec)
         return SimulationResult(
             requests=requests,
             steps=steps,
@@ -202,3 +212,28 @@ def check_token_count(num_tokens: int, output_len: np.ndarray, rejected: list[in
     want -= int(np.asarray(output_len, dtype=np.int64)[rejected].sum())
     if num_tokens != want:
         raise RuntimeError(f"the run sampled {num_tokens} tokens, expected {want} (scheduler bug)")
+
+
+def draft_cost(cost_model: CostModel, spec: SpeculativeConfig | None) -> DraftCost | None:
+    """The drafter's time per step, priced on the GPU's model (not the CPU's share)."""
+    if spec is None or not spec.draft_cost or not spec.num_speculative_tokens:
+        return None
+    gpu = cost_model.gpu if isinstance(cost_model, StepWithCpu) else cost_model
+    return DraftCost(gpu, spec.num_speculative_tokens, spec.draft_cost)
+
+
+def add_spec_metrics(requests: pd.DataFrame, summary: dict[str, object], rec: Recorder) -> None:
+    """Speculative decoding's columns (drafts verified and accepted per request) and summary
+    keys: ``spec_acceptance_rate`` (accepted / verified drafts) and
+    ``spec_mean_acceptance_length`` (tokens a sequence gains per verify step, the bonus token
+    included: vLLM's mean acceptance length)."""
+    n = len(requests)
+    zeros = [0] * n
+    drafts = np.array(rec.num_draft_tokens or zeros, dtype=np.int64)
+    accepted = np.array(rec.num_accepted_tokens or zeros, dtype=np.int64)
+    verifies = int(sum(rec.num_verify_steps or zeros))
+    requests["num_draft_tokens"] = drafts
+    requests["num_accepted_tokens"] = accepted
+    total, good = int(drafts.sum()), int(accepted.sum())
+    summary["spec_acceptance_rate"] = good / total if total else float("nan")
+    summary["spec_mean_acceptance_length"] = 1 + good / verifies if verifies else float("nan")

@@ -60,6 +60,7 @@ class StepPlan:
         "drafts",
         "accepted",
         "sampling",
+        "num_extra_tokens",
     )
 
     def __init__(
@@ -96,6 +97,9 @@ class StepPlan:
         accepted (before any cut at a stop, as vLLM counts them)."""
         self.sampling: set[Sequence] = set()
         """Async scheduling: the sequences that sample in this step, known when planned."""
+        self.num_extra_tokens = 0
+        """Filled by ``update()``: tokens sampled beyond one per sequence of ``sampled`` (the
+        accepted drafts that were kept)."""
 
     @property
     def admitted(self) -> list[Sequence]:

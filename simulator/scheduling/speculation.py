@@ -127,6 +127,7 @@ class Speculation:
                         seq.placeholders -= d - a
             m = a + 1
             got, stopped = self._emit(seq, m)
+            plan.num_extra_tokens += got - 1
             if not stale:
                 seq.num_computed -= m - got
                 if seq.placeholders > 0:
