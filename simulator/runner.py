@@ -107,6 +107,14 @@ def acceptance_rng(cfg: ScenarioConfig) -> np.random.Generator | None:
     return np.random.default_rng(np.random.SeedSequence(cfg.seed).spawn(2)[1])
 
 
+def speculation_of(cfg: ScenarioConfig) -> dict[str, Any]:
+    """The simulation's speculative-decoding arguments (none without ``speculative``)."""
+    spec = cfg.speculative
+    if spec is None:
+        return {}
+    return {"num_speculative_tokens": spec.num_speculative_tokens, "draft_cost": spec.draft_cost}
+
+
 def run(
     scenario: ScenarioConfig | dict[str, Any] | str | Path,
     *,
@@ -157,7 +165,7 @@ def run(
             step_sink=make_sink(steps, steps_path),
             serving=cfg.serving,
             stop=stop,
-            speculative=cfg.speculative,
+            **speculation_of(cfg),
         )
         result = sim.run()
     return _finish(result, cfg, workload, started)

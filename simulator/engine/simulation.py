@@ -31,7 +31,6 @@ from simulator.engine.watch import RunState, StopRule, Watch
 from simulator.metrics import DEFAULT_PERCENTILES, build_requests, summarize
 from simulator.scheduling.interface import Scheduler
 from simulator.scheduling.sequence import Sequence
-from simulator.scheduling.spec_config import SpeculativeConfig
 from simulator.workload.workload import Workload
 
 
@@ -52,7 +51,8 @@ class Simulation:
         step_sink: StepSink | None = None,
         serving: ServingConfig | None = None,
         stop: StopRule | None = None,
-        speculative: SpeculativeConfig | None = None,
+        num_speculative_tokens: int = 0,
+        draft_cost: float = 0.0,
     ) -> None:
         self.workload = workload
         self.slo = slo
@@ -75,10 +75,9 @@ class Simulation:
         # drawn, so it is not watched (never stopped early)
         self._watch = Watch(stop, len(workload)) if stop and max_concurrency is None else None
         self._progress = progress
-        if speculative is not None and not speculative.num_speculative_tokens:
-            speculative = None  # k = 0: the run without speculation, tables and all
-        self.speculative = speculative
-        """Speculative decoding's settings (its tables and summary keys), or None."""
+        self.num_speculative_tokens = num_speculative_tokens
+        """Drafts per decode step (the scheduler's); > 0 adds speculative decoding's columns
+        and summary keys (k = 0: the run without speculation, tables and all)."""
         self._prompt = workload.prompt_len.tolist()
         self._output = workload.output_len.tolist()
         self.server = Server(
@@ -90,7 +89,7 @@ class Simulation:
             progress=self._tick if self._watch is not None else progress,
             fast_decode=fast_decode,
             on_done=self._slot_freed if max_concurrency is not None else None,
-            drafts=draft_cost(cost_model, speculative),
+            drafts=drafts_of(cost_model, num_speculative_tokens, draft_cost),
         )
 
     def _tick(self, num: int) -> None:
@@ -193,7 +192,7 @@ class Simulation:
             }
         )
         summary = summarize(requests, rec.step_stats, rec.itl, self.slo, self.percentiles)
-        if self.speculative is not None:
+        if self.num_speculative_tokens:
             add_spec_metrics(requests, summary, rec)
         return SimulationResult(
             requests=requests,
@@ -214,12 +213,13 @@ def check_token_count(num_tokens: int, output_len: np.ndarray, rejected: list[in
         raise RuntimeError(f"the run sampled {num_tokens} tokens, expected {want} (scheduler bug)")
 
 
-def draft_cost(cost_model: CostModel, spec: SpeculativeConfig | None) -> DraftCost | None:
-    """The drafter's time per step, priced on the GPU's model (not the CPU's share)."""
-    if spec is None or not spec.draft_cost or not spec.num_speculative_tokens:
+def drafts_of(cost_model: CostModel, k: int, draft_cost: float) -> DraftCost | None:
+    """The drafter's time per step (``k`` passes of ``draft_cost`` of a decode step), priced
+    on the GPU's model (not the CPU's share); None when it costs nothing."""
+    if not draft_cost or not k:
         return None
     gpu = cost_model.gpu if isinstance(cost_model, StepWithCpu) else cost_model
-    return DraftCost(gpu, spec.num_speculative_tokens, spec.draft_cost)
+    return DraftCost(gpu, k, draft_cost)
 
 
 def add_spec_metrics(requests: pd.DataFrame, summary: dict[str, object], rec: Recorder) -> None:
