@@ -372,11 +372,12 @@ class StepScheduler(Intake, Speculation, FastSteps, Scheduler):
         return done
 
     def _retire(self, seq: Sequence) -> None:
-        if seq.status is SequenceStatus.WAITING:  # async: stopped by stale output
+        waiting = seq.status is SequenceStatus.WAITING  # async: stopped by stale output
+        seq.status = SequenceStatus.FINISHED  # before free(): finished KV is never re-hit
+        if waiting:
             self.waiting.remove(seq)
         else:
             self._running.remove(seq)
             self.blocks.free(seq)
-        seq.status = SequenceStatus.FINISHED
         if self.keep_finished:
             self.finished.append(seq)
