@@ -36,6 +36,17 @@ class SLOConfig(BaseModel):
     """End-to-end latency, in milliseconds."""
 
 
+def _plans_ahead(model: Any) -> bool:
+    """Whether any scheduler config inside ``model`` asks for async scheduling."""
+    if isinstance(model, SchedulerConfig):
+        return model.async_scheduling
+    if isinstance(model, BaseModel):
+        return any(_plans_ahead(getattr(model, name)) for name in type(model).model_fields)
+    if isinstance(model, list | tuple):
+        return any(_plans_ahead(item) for item in model)
+    return False
+
+
 class ScenarioConfig(BaseModel):
     """One simulation: server, cost model, workload, and optional SLOs."""
 
@@ -74,6 +85,8 @@ class ScenarioConfig(BaseModel):
                 raise ValueError("speculative: needs scheduler.policy 'vllm-v1' (as vLLM does it)")
             if self.cluster is not None or self.parallel is not None:
                 raise ValueError("speculative: not supported with cluster or parallel yet")
+        if self.cluster is not None and _plans_ahead(self.cluster):
+            raise ValueError("cluster: a replica's scheduler.async_scheduling is not supported yet")
         if self.scheduler.async_scheduling:
             if self.cluster is not None or self.parallel is not None:
                 raise ValueError(
