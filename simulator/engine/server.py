@@ -223,9 +223,11 @@ class Server:
         """``update()`` the oldest planned step, ending now: record its tokens and finishes."""
         now, rec = self.env.now, self.recorder
         done = self._scheduler.update()
-        rec.record_samples(plan.sampled, now, plan.num_extra_tokens)
-        if plan.drafts:
+        if plan.drafts:  # speculative: more than one token per sequence, at times
+            rec.record_samples(plan.sampled, now, plan.num_extra_tokens)
             rec.record_drafts(plan)
+        else:
+            rec.record_samples(plan.sampled, now)
         if done:
             self._retire(done, now)
 
