@@ -71,6 +71,7 @@ class Server:
         self._plans_ahead = bool(getattr(scheduler, "async_scheduling", False))
         # async: the step planned to run next, with its row (planned while the last one ran)
         self._next: tuple[StepPlan, float, tuple[int, ...]] | None = None
+        self._num_empty = 0  # async: empty steps in a row (a few are normal, many a bug)
         special = self._plans_ahead or bool(getattr(scheduler, "num_speculative_tokens", 0))
         # Fast windows (when the cost model can time steps from sums; the results are
         # identical either way, the tests compare both), bounded by ``next_arrival``: when the
@@ -244,6 +245,11 @@ class Server:
             rec.record_admitted(plan, now)
         if plan:  # an empty batch (all in flight, or nothing fits yet) runs nothing
             rec.record_step(now, duration, ints)
+            self._num_empty = 0
+        else:
+            self._num_empty += 1
+            if self._num_empty > 4:  # two in flight, both empty, and then more: stuck
+                raise RuntimeError("async scheduler planned empty steps with work pending")
         if sched.has_requests():  # type: ignore[attr-defined]
             self._next = self._plan()
         self._busy_until = now + duration
