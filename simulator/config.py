@@ -17,6 +17,7 @@ from simulator.errors import InputError
 from simulator.field_errors import format_validation_error
 from simulator.metrics.config import MetricsConfig
 from simulator.scheduling.config import SchedulerConfig
+from simulator.scheduling.spec_config import SpeculativeConfig
 from simulator.strict_types import find_loose_scalar
 from simulator.workload.config import WorkloadConfig
 from simulator.yaml_file import read_yaml_file
@@ -33,6 +34,17 @@ class SLOConfig(BaseModel):
     """Time per output token after the first, in milliseconds."""
     e2e_ms: float | None = Field(default=None, gt=0)
     """End-to-end latency, in milliseconds."""
+
+
+def _plans_ahead(model: Any) -> bool:
+    """Whether any scheduler config inside ``model`` asks for async scheduling."""
+    if isinstance(model, SchedulerConfig):
+        return model.async_scheduling
+    if isinstance(model, BaseModel):
+        return any(_plans_ahead(getattr(model, name)) for name in type(model).model_fields)
+    if isinstance(model, list | tuple):
+        return any(_plans_ahead(item) for item in model)
+    return False
 
 
 class ScenarioConfig(BaseModel):
@@ -62,6 +74,30 @@ class ScenarioConfig(BaseModel):
     parallel: ParallelConfig | None = None
     """Data-parallel ranks (and expert parallelism) of the one server, as vLLM runs them
     (optional; not with ``cluster``)."""
+    speculative: SpeculativeConfig | None = None
+    """Speculative decoding (optional; policy ``vllm-v1``, one server): drafts per decode
+    step and how many are accepted."""
+
+    @model_validator(mode="after")
+    def _speculation_supported(self) -> ScenarioConfig:
+        if self.speculative is not None:
+            if self.scheduler.policy != "vllm-v1":
+                raise ValueError("speculative: needs scheduler.policy 'vllm-v1' (as vLLM does it)")
+            if self.cluster is not None or self.parallel is not None:
+                raise ValueError("speculative: not supported with cluster or parallel yet")
+        if self.cluster is not None and _plans_ahead(self.cluster):
+            raise ValueError("cluster: a replica's scheduler.async_scheduling is not supported yet")
+        if self.scheduler.async_scheduling:
+            if self.cluster is not None or self.parallel is not None:
+                raise ValueError(
+                    "scheduler.async_scheduling: not supported with cluster or parallel yet"
+                )
+            if not self.serving.async_scheduling:
+                raise ValueError(
+                    "scheduler.async_scheduling: true contradicts serving.async_scheduling: "
+                    "false (the CPU's step work overlaps the GPU's exactly when it plans ahead)"
+                )
+        return self
 
     @model_validator(mode="after")
     def _parallel_single_server(self) -> ScenarioConfig:

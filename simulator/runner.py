@@ -93,9 +93,26 @@ def build(cfg: ScenarioConfig) -> tuple[Workload, CostModel]:
     GPU's model, with the CPU's per-step time when ``serving`` gives one)."""
     streams = np.random.SeedSequence(cfg.seed).spawn(1)
     cost_model = build_cost_model(cfg.cost_model)
+
     if cfg.serving.has_step_cpu:
         cost_model = StepWithCpu(cost_model, cfg.serving)
     return generate(cfg.workload, streams[0]), cost_model
+
+
+def acceptance_rng(cfg: ScenarioConfig) -> np.random.Generator | None:
+    """The stream of speculative decoding's acceptance draws: the root's second child (the
+    first is the workload's, unchanged by it), or None without speculation."""
+    if cfg.speculative is None:
+        return None
+    return np.random.default_rng(np.random.SeedSequence(cfg.seed).spawn(2)[1])
+
+
+def speculation_of(cfg: ScenarioConfig) -> dict[str, Any]:
+    """The simulation's speculative-decoding arguments (none without ``speculative``)."""
+    spec = cfg.speculative
+    if spec is None:
+        return {}
+    return {"num_speculative_tokens": spec.num_speculative_tokens, "draft_cost": spec.draft_cost}
 
 
 def run(
@@ -138,7 +155,8 @@ def run(
         sim = Simulation(
             workload,
             cost_model,
-            make_scheduler(cfg.scheduler),  # no sampler: tokens only counted (engine/tokens.py)
+            # no sampler: tokens only counted (engine/tokens.py)
+            make_scheduler(cfg.scheduler, speculative=cfg.speculative, rng=acceptance_rng(cfg)),
             slo=slo,
             progress=tick,
             fast_decode=fast_decode,
@@ -147,6 +165,7 @@ def run(
             step_sink=make_sink(steps, steps_path),
             serving=cfg.serving,
             stop=stop,
+            **speculation_of(cfg),
         )
         result = sim.run()
     return _finish(result, cfg, workload, started)

@@ -49,6 +49,13 @@ class Recorder:
         self.itl = Distribution()
         """Every gap between two consecutive tokens of a request."""
         self.step_stats = StepStats()
+        # speculative decoding, per request (None until a step verifies drafts)
+        self.num_draft_tokens: list[int] | None = None
+        """Per request: draft tokens verified."""
+        self.num_accepted_tokens: list[int] | None = None
+        """Per request: draft tokens accepted."""
+        self.num_verify_steps: list[int] | None = None
+        """Per request: steps that verified drafts of it."""
         self._last_token = [nan] * num_requests  # when each request last sampled
         if shared is not None:
             # another server of a cluster: its own steps, aggregates, token count and gap
@@ -119,8 +126,10 @@ class Recorder:
 
     # -- tokens --------------------------------------------------------------------------------
 
-    def record_samples(self, seqs: list[Sequence], end: float) -> None:
-        """The sequences that sampled a token in the step ending at ``end``."""
+    def record_samples(self, seqs: list[Sequence], end: float, num_extra: int = 0) -> None:
+        """The sequences that sampled in the step ending at ``end`` (one token each, and
+        ``num_extra`` more in all: accepted drafts). A sequence's tokens of one step arrive
+        together, as one streamed chunk: one gap, as vLLM's benchmark counts ITL."""
         first, last, gaps = self.first_token, self._last_token, self._gaps
         for seq in seqs:
             i: int = seq.seq_id  # type: ignore[assignment]
@@ -130,9 +139,28 @@ class Recorder:
             else:
                 gaps.append(end - prev)
             last[i] = end
-        self.num_tokens += len(seqs)
+        self.num_tokens += len(seqs) + num_extra
         if len(gaps) >= CHUNK_GAPS:
             self._flush_gaps()
+
+    def record_drafts(self, plan: StepPlan) -> None:
+        """Speculative decoding: the drafts each sequence of ``plan`` verified, and how many
+        it had accepted (a request that stopped early still counts them, as vLLM does)."""
+        if self.num_draft_tokens is None:
+            self.num_draft_tokens = [0] * len(self.first_token)
+            self.num_accepted_tokens = [0] * len(self.first_token)
+            self.num_verify_steps = [0] * len(self.first_token)
+        drafts, accepted, steps = (
+            self.num_draft_tokens,
+            self.num_accepted_tokens,
+            self.num_verify_steps,
+        )
+        assert accepted is not None and steps is not None
+        for seq, a in plan.accepted.items():
+            i: int = seq.seq_id  # type: ignore[assignment]
+            drafts[i] += plan.drafts[seq]
+            accepted[i] += a
+            steps[i] += 1
 
     def record_decode_step(self, num_seqs: int, start: float, end: float) -> None:
         """A deferred decode step from ``start`` to ``end``: each of its ``num_seqs``

@@ -16,6 +16,10 @@ Timing rules (also in docs/metrics.md):
   the server sees what a step-by-step run shows at that instant, and the results are
   identical to stepping through ``schedule()`` and ``update()`` (``fast_decode=False``; the
   tests compare the two).
+- Speculative decoding (``draft_cost``) and async scheduling take the plain path. Under async
+  scheduling step ``n + 1`` is planned when step ``n`` starts, before its tokens are known
+  (vLLM's batch queue of two), and starts when step ``n`` ends, right after its ``update()``:
+  a request arriving while step ``n`` runs is first seen by step ``n + 2``'s plan.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ import simpy
 
 from simulator.cost.batch import Batch
 from simulator.cost.interface import CostModel
+from simulator.engine.drafts import DraftCost
 from simulator.engine.fast_window import FastWindow, Retire
 from simulator.engine.recorder import Recorder
-from simulator.scheduling.interface import Scheduler
+from simulator.scheduling.interface import Scheduler, StepPlan
 from simulator.scheduling.sequence import Sequence
 
 
@@ -48,6 +53,7 @@ class Server:
         fast_decode: bool = True,
         on_done: Callable[[int, float], object] | None = None,
         retire: Retire | None = None,
+        drafts: DraftCost | None = None,
     ) -> None:
         self.env = env
         self._scheduler = scheduler
@@ -61,6 +67,12 @@ class Server:
         self._closed = False  # no more submissions: stop once the work is done
         self._wake: simpy.Event | None = None
         self._busy_until = 0.0
+        self._drafts = drafts
+        self._plans_ahead = bool(getattr(scheduler, "async_scheduling", False))
+        # async: the step planned to run next, with its row (planned while the last one ran)
+        self._next: tuple[StepPlan, float, tuple[int, ...]] | None = None
+        self._num_empty = 0  # async: empty steps in a row (a few are normal, many a bug)
+        special = self._plans_ahead or bool(getattr(scheduler, "num_speculative_tokens", 0))
         # Fast windows (when the cost model can time steps from sums; the results are
         # identical either way, the tests compare both), bounded by ``next_arrival``: when the
         # next submission can come. ``on_done`` is told ``(number, time)`` when requests
@@ -76,7 +88,7 @@ class Server:
                 self._retire,
                 cut_at_finish=on_done is not None,
             )
-            if fast_decode and cost_model.times_from_sums
+            if fast_decode and cost_model.times_from_sums and not special
             else None
         )
 
@@ -165,6 +177,9 @@ class Server:
                 yield self._wake
                 self._wake = None
                 continue
+            if self._plans_ahead:
+                yield from self._async_step()
+                continue
             if window is not None:
                 if (yield from window.run()):
                     continue
@@ -174,31 +189,72 @@ class Server:
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
         """One step through ``schedule()`` and ``update()``."""
-        env, sched, rec = self.env, self._scheduler, self.recorder
-        num_running, num_waiting = sched.num_running, sched.num_waiting
-        plan = sched.schedule()
+        env, rec = self.env, self.recorder
+        plan, duration, ints = self._plan()
         if not plan.seqs and not plan.preempted:  # a lone head always fits: never spin
             raise RuntimeError("scheduler produced an empty step with work pending")
         now = env.now
         if plan.num_admitted:
             rec.record_admitted(plan, now)
+        rec.record_step(now, duration, ints)
+        self._busy_until = now + duration  # where the timeout lands
+        yield env.timeout(duration)
+        self._apply(plan)
+
+    def _plan(self) -> tuple[StepPlan, float, tuple[int, ...]]:
+        """Plan a step: the plan, its duration and its row's ``STEP_INT_FIELDS``."""
+        sched = self._scheduler
+        num_running, num_waiting = sched.num_running, sched.num_waiting
+        plan = sched.schedule()
         new_tokens = plan.num_new_tokens
         # vllm-v1 under priority can preempt every sequence it planned: nothing runs, no time
         duration = self._cost_model.step_time(Batch(new_tokens, plan.context_lens)) if plan else 0.0
+        if self._drafts is not None and plan:
+            duration += self._drafts.time(plan)
         num_tokens = sum(new_tokens)
-        decodes = new_tokens.count(1)
-        ints = (len(new_tokens), num_tokens, num_tokens - decodes, decodes, sched.num_blocks_used)
-        rec.record_step(
-            now,
-            duration,
-            (*ints, num_running, num_waiting, len(plan.preempted), sched.num_cached_blocks),
-        )
-        self._busy_until = now + duration  # where the timeout lands
-        yield env.timeout(duration)
-        done = sched.update()
-        rec.record_samples(plan.sampled, env.now)
+        decodes = decode_tokens = new_tokens.count(1)
+        if plan.drafts:  # a decode verifying d drafts computes 1 + d tokens
+            decodes += len(plan.drafts)
+            decode_tokens += len(plan.drafts) + sum(plan.drafts.values())
+        ints = (len(new_tokens), num_tokens, num_tokens - decode_tokens, decodes)
+        rest = (num_running, num_waiting, len(plan.preempted), sched.num_cached_blocks)
+        return plan, duration, (*ints, sched.num_blocks_used, *rest)
+
+    def _apply(self, plan: StepPlan) -> None:
+        """``update()`` the oldest planned step, ending now: record its tokens and finishes."""
+        now, rec = self.env.now, self.recorder
+        done = self._scheduler.update()
+        if plan.drafts:  # speculative: more than one token per sequence, at times
+            rec.record_samples(plan.sampled, now, plan.num_extra_tokens)
+            rec.record_drafts(plan)
+        else:
+            rec.record_samples(plan.sampled, now)
         if done:
-            self._retire(done, env.now)
+            self._retire(done, now)
+
+    def _async_step(self) -> Generator[simpy.Event, Any, None]:
+        """Async scheduling: run the step planned last (or plan one now), plan the next one
+        while it runs (vLLM's batch queue of two), then apply it."""
+        env, sched, rec = self.env, self._scheduler, self.recorder
+        current, self._next = self._next, None
+        if current is None:
+            current = self._plan()
+        plan, duration, ints = current
+        now = env.now
+        if plan.num_admitted:
+            rec.record_admitted(plan, now)
+        if plan:  # an empty batch (all in flight, or nothing fits yet) runs nothing
+            rec.record_step(now, duration, ints)
+            self._num_empty = 0
+        else:
+            self._num_empty += 1
+            if self._num_empty > 4:  # two in flight, both empty, and then more: stuck
+                raise RuntimeError("async scheduler planned empty steps with work pending")
+        if sched.has_requests():  # type: ignore[attr-defined]
+            self._next = self._plan()
+        self._busy_until = now + duration
+        yield env.timeout(duration)
+        self._apply(plan)
 
     def record_finished(self, done: list[Sequence], end: float) -> None:
         """Record the requests that finished in the step ending at ``end``."""

@@ -20,10 +20,11 @@ import simpy
 
 from simulator.cost.interface import CostModel
 from simulator.engine.clock import sleep_until
+from simulator.engine.drafts import DraftCost
 from simulator.engine.recorder import Recorder
 from simulator.engine.result import SimulationResult
 from simulator.engine.server import Server
-from simulator.engine.serving import ServingConfig
+from simulator.engine.serving import ServingConfig, StepWithCpu
 from simulator.engine.step_sink import MemorySink, StepSink
 from simulator.engine.tokens import output_checksums
 from simulator.engine.watch import RunState, StopRule, Watch
@@ -50,6 +51,8 @@ class Simulation:
         step_sink: StepSink | None = None,
         serving: ServingConfig | None = None,
         stop: StopRule | None = None,
+        num_speculative_tokens: int = 0,
+        draft_cost: float = 0.0,
     ) -> None:
         self.workload = workload
         self.slo = slo
@@ -72,6 +75,9 @@ class Simulation:
         # drawn, so it is not watched (never stopped early)
         self._watch = Watch(stop, len(workload)) if stop and max_concurrency is None else None
         self._progress = progress
+        self.num_speculative_tokens = num_speculative_tokens
+        """Drafts per decode step (the scheduler's); > 0 adds speculative decoding's columns
+        and summary keys (k = 0: the run without speculation, tables and all)."""
         self._prompt = workload.prompt_len.tolist()
         self._output = workload.output_len.tolist()
         self.server = Server(
@@ -83,6 +89,7 @@ class Simulation:
             progress=self._tick if self._watch is not None else progress,
             fast_decode=fast_decode,
             on_done=self._slot_freed if max_concurrency is not None else None,
+            drafts=drafts_of(cost_model, num_speculative_tokens, draft_cost),
         )
 
     def _tick(self, num: int) -> None:
@@ -185,6 +192,8 @@ class Simulation:
             }
         )
         summary = summarize(requests, rec.step_stats, rec.itl, self.slo, self.percentiles)
+        if self.num_speculative_tokens:
+            add_spec_metrics(requests, summary, rec)
         return SimulationResult(
             requests=requests,
             steps=steps,
@@ -202,3 +211,29 @@ def check_token_count(num_tokens: int, output_len: np.ndarray, rejected: list[in
     want -= int(np.asarray(output_len, dtype=np.int64)[rejected].sum())
     if num_tokens != want:
         raise RuntimeError(f"the run sampled {num_tokens} tokens, expected {want} (scheduler bug)")
+
+
+def drafts_of(cost_model: CostModel, k: int, draft_cost: float) -> DraftCost | None:
+    """The drafter's time per step (``k`` passes of ``draft_cost`` of a decode step), priced
+    on the GPU's model (not the CPU's share); None when it costs nothing."""
+    if not draft_cost or not k:
+        return None
+    gpu = cost_model.gpu if isinstance(cost_model, StepWithCpu) else cost_model
+    return DraftCost(gpu, k, draft_cost)
+
+
+def add_spec_metrics(requests: pd.DataFrame, summary: dict[str, object], rec: Recorder) -> None:
+    """Speculative decoding's columns (drafts verified and accepted per request) and summary
+    keys: ``spec_acceptance_rate`` (accepted / verified drafts) and
+    ``spec_mean_acceptance_length`` (tokens a sequence gains per verify step, the bonus token
+    included: vLLM's mean acceptance length)."""
+    n = len(requests)
+    zeros = [0] * n
+    drafts = np.array(rec.num_draft_tokens or zeros, dtype=np.int64)
+    accepted = np.array(rec.num_accepted_tokens or zeros, dtype=np.int64)
+    verifies = int(sum(rec.num_verify_steps or zeros))
+    requests["num_draft_tokens"] = drafts
+    requests["num_accepted_tokens"] = accepted
+    total, good = int(drafts.sum()), int(accepted.sum())
+    summary["spec_acceptance_rate"] = good / total if total else float("nan")
+    summary["spec_mean_acceptance_length"] = 1 + good / verifies if verifies else float("nan")

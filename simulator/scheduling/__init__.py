@@ -8,9 +8,13 @@ a policy class by import path. Every policy implements the ``Scheduler`` interfa
 
 from __future__ import annotations
 
+import numpy as np
+
+from simulator.scheduling.acceptance import DrawnAcceptance
 from simulator.scheduling.config import POLICIES, SchedulerConfig
 from simulator.scheduling.interface import ManySampler, Sampler, Scheduler, StepPlan
 from simulator.scheduling.sequence import Sequence, SequenceStatus
+from simulator.scheduling.spec_config import SpeculativeConfig
 from simulator.scheduling.step_scheduler import PRESETS, StepScheduler
 
 __all__ = [
@@ -22,6 +26,7 @@ __all__ = [
     "SchedulerConfig",
     "Sequence",
     "SequenceStatus",
+    "SpeculativeConfig",
     "StepPlan",
     "StepScheduler",
     "make_scheduler",
@@ -29,14 +34,22 @@ __all__ = [
 
 
 def make_scheduler(
-    cfg: SchedulerConfig, sample: Sampler | None = None, sample_many: ManySampler | None = None
+    cfg: SchedulerConfig,
+    sample: Sampler | None = None,
+    sample_many: ManySampler | None = None,
+    *,
+    speculative: SpeculativeConfig | None = None,
+    rng: np.random.Generator | None = None,
 ) -> Scheduler:
     """The scheduler ``cfg.policy`` names, drawing tokens from ``sample`` (and, for the fast
     path, ``sample_many``); with no ``sample`` it only counts each sequence's tokens. A
     ``StepScheduler`` (sub)class gets the config's budgets and flags; any other policy class
-    is called with ``(cfg, sample, sample_many)``."""
+    is called with ``(cfg, sample, sample_many)``. ``speculative``: drafts per decode step,
+    accepted as drawn from ``rng`` (the run's acceptance stream)."""
     policy = POLICIES.resolve(cfg.policy)
     if not issubclass(policy, StepScheduler):
+        if speculative is not None or cfg.async_scheduling:
+            raise ValueError(f"policy {cfg.policy!r} takes no speculative or async scheduling")
         return policy(cfg, sample, sample_many)  # type: ignore[call-arg]
     assert cfg.num_blocks is not None, "resolve the scenario first (num_blocks)"
     return policy(
@@ -52,4 +65,19 @@ def make_scheduler(
         reserve_full_isl=bool(cfg.reserve_full_isl),
         long_prefill_token_threshold=cfg.long_prefill_token_threshold,
         priority=cfg.priority_policy == "priority",
+        async_scheduling=cfg.async_scheduling,
+        **_speculation(speculative, rng),
     )
+
+
+def _speculation(spec: SpeculativeConfig | None, rng: np.random.Generator | None) -> dict:
+    """The scheduler's speculative-decoding arguments (none without speculation, or k = 0)."""
+    if spec is None or not spec.num_speculative_tokens:
+        return {}
+    if rng is None:
+        raise ValueError("speculative decoding needs an rng for its acceptance draws")
+    k = spec.num_speculative_tokens
+    return {
+        "num_speculative_tokens": k,
+        "accept": DrawnAcceptance(spec.acceptance.at_least(k), rng),
+    }

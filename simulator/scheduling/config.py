@@ -56,6 +56,10 @@ class SchedulerConfig(BaseModel):
     long_prefill_token_threshold: int = Field(default=0, ge=0)
     """``vllm-v1`` only: most tokens one request computes in a step while others run or wait
     (0: no cap)."""
+    async_scheduling: bool = False
+    """``vllm-v1`` only: plan step ``n + 1`` before step ``n``'s tokens are known, with
+    output placeholders (vLLM's ``async_scheduling``, its default since 0.19; here off by
+    default, and its runs take the plain path): docs/scheduler.md, "Async scheduling"."""
     admit_after_preemption: bool | None = None
     """Admit waiting requests in a step that preempted someone; default on for ``spec`` (its
     text), off for ``vllm-v1`` (as in vLLM)."""
@@ -74,6 +78,7 @@ class SchedulerConfig(BaseModel):
                 ("priority_policy", self.priority_policy == "fcfs"),
                 ("reserve_full_isl", not self.reserve_full_isl),
                 ("long_prefill_token_threshold", self.long_prefill_token_threshold == 0),
+                ("async_scheduling", not self.async_scheduling),
             ):
                 if not off:
                     raise ValueError(f"{key} applies to policy 'vllm-v1' only, not {self.policy!r}")

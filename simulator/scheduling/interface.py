@@ -31,6 +31,15 @@ class ManySampler(Protocol):
         ...
 
 
+class Acceptor(Protocol):
+    """How many draft tokens a verify step accepts (speculative decoding)."""
+
+    def __call__(self, seq: Sequence, num_drafts: int) -> int:
+        """The accepted prefix of ``num_drafts`` drafts of ``seq`` (0 .. ``num_drafts``), drawn
+        when ``seq`` has ``seq.num_output`` output tokens."""
+        ...
+
+
 class StepPlan:
     """One step as planned by ``schedule()``: who computes how many tokens (vLLM's
     ``SchedulerOutput``). ``update()`` completes it with the sequences that sampled.
@@ -48,6 +57,10 @@ class StepPlan:
         "sampled",
         "num_deferred",
         "deferred_context",
+        "drafts",
+        "accepted",
+        "sampling",
+        "num_extra_tokens",
     )
 
     def __init__(
@@ -76,6 +89,17 @@ class StepPlan:
         ``schedule()``)."""
         self.deferred_context = 0
         """Tokens those ``num_deferred`` sequences hold in KV before the step, in all."""
+        self.drafts: dict[Sequence, int] = {}
+        """Speculative decoding: the draft tokens each sequence of ``seqs`` verifies in this
+        step (counted in its ``num_new_tokens``; only sequences with drafts)."""
+        self.accepted: dict[Sequence, int] = {}
+        """Filled by ``update()``: the drafts each sequence of ``drafts`` that sampled had
+        accepted (before any cut at a stop, as vLLM counts them)."""
+        self.sampling: set[Sequence] = set()
+        """Async scheduling: the sequences that sample in this step, known when planned."""
+        self.num_extra_tokens = 0
+        """Filled by ``update()``: tokens sampled beyond one per sequence of ``sampled`` (the
+        accepted drafts that were kept)."""
 
     @property
     def admitted(self) -> list[Sequence]:

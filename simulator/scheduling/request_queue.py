@@ -51,6 +51,11 @@ class PriorityQueue:
     def __len__(self) -> int:
         return len(self._heap)
 
+    def remove(self, seq: Sequence) -> None:
+        """Take ``seq`` out of the queue (it finished while waiting)."""
+        self._heap = [e for e in self._heap if e[2] is not seq]
+        heapq.heapify(self._heap)
+
     def __iter__(self) -> Iterator[Sequence]:
         """Service order (a sorted copy)."""
         return iter([entry[2] for entry in sorted(self._heap, key=lambda e: e[:2])])

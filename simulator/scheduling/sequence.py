@@ -39,6 +39,10 @@ class Sequence:
         "block_hashes",
         "arrival_order",
         "deferred_from",
+        "spec_drafts",
+        "placeholders",
+        "in_flight",
+        "stale",
     )
 
     def __init__(
@@ -90,6 +94,16 @@ class Sequence:
         self.deferred_from = 0
         """While in a group of deferred decode steps (``decode_run.py``): the group's step count
         when it joined; ``num_computed``, ``num_tokens`` and ``output`` are as of then."""
+        # speculative decoding and async scheduling (speculation.py); all 0 without them
+        self.spec_drafts = 0
+        """Draft tokens proposed for the next step (vLLM's ``spec_token_ids``)."""
+        self.placeholders = 0
+        """Async scheduling: output tokens of batches in flight, counted in ``num_computed``
+        (vLLM's ``num_output_placeholders``)."""
+        self.in_flight = 0
+        """Async scheduling: tokens scheduled in batches not yet applied."""
+        self.stale = 0
+        """Async scheduling: in-flight tokens whose output predates a preemption."""
 
     @property
     def num_output(self) -> int:

@@ -14,7 +14,12 @@ The flags, and what each changes:
   one sequence runs or waits as the step starts (0: no cap);
 - ``priority``: the waiting queue is a heap on ``(priority, arrival)`` and the victim is the
   running sequence with the largest such key (dropped from the plan if already in it);
-- ``enable_prefix_caching``: an admitted sequence starts from its prefix-cache hit.
+- ``enable_prefix_caching``: an admitted sequence starts from its prefix-cache hit;
+- ``num_speculative_tokens``: speculative decoding, ``k`` drafts verified per decode step
+  (``speculation.py``; an ``accept`` callable says how many are accepted);
+- ``async_scheduling``: step ``n + 1`` is planned before step ``n`` is applied
+  (``speculation.py``): ``schedule()`` may be called again before ``update()``, which then
+  applies the oldest plan.
 
 A plain object with no clock, no randomness and no I/O: the engine calls ``schedule()``, lets
 the cost model time the step, then calls ``update()`` (or takes the fast path of
@@ -26,12 +31,13 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from simulator.scheduling.decode_run import DecodeRun
 from simulator.scheduling.fast_step import FastSteps
-from simulator.scheduling.interface import ManySampler, Sampler, Scheduler, StepPlan
+from simulator.scheduling.intake import Intake
+from simulator.scheduling.interface import Acceptor, ManySampler, Sampler, Scheduler, StepPlan
 from simulator.scheduling.kv_manager import KVManager
 from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
 from simulator.scheduling.sequence import Sequence, SequenceStatus
+from simulator.scheduling.speculation import Speculation
 
 PRESETS: dict[str, dict[str, bool]] = {
     "spec": {},
@@ -52,7 +58,7 @@ def positive(name: str, value: int) -> int:
     return value
 
 
-class StepScheduler(FastSteps, Scheduler):
+class StepScheduler(Intake, Speculation, FastSteps, Scheduler):
     """The one scheduler; its policy is the flags it is built with."""
 
     def __init__(
@@ -71,6 +77,9 @@ class StepScheduler(FastSteps, Scheduler):
         reserve_full_isl: bool = False,
         long_prefill_token_threshold: int = 0,
         priority: bool = False,
+        num_speculative_tokens: int = 0,
+        accept: Acceptor | None = None,
+        async_scheduling: bool = False,
     ) -> None:
         self.blocks = KVManager(
             positive("num_blocks", num_blocks),
@@ -90,15 +99,14 @@ class StepScheduler(FastSteps, Scheduler):
         """Most tokens of one sequence per step when others wait or run (0: no cap)."""
         self.priority = priority
         """Serve by ``(priority, arrival)`` instead of first come first served."""
+        self._init_speculation(num_speculative_tokens, accept, async_scheduling)
         if sample_fn is None and eos_token_id is not None:
             raise ValueError("eos_token_id needs a sample_fn (only sampling can reveal an EOS)")
         self.sample_fn = sample_fn
         """The model's next token of a sequence, or None: tokens are only counted."""
         self.eos_token_id = eos_token_id
         self.sample_many = sample_many
-        """``sample_many(seq, k)``: the next ``k`` tokens ``sample_fn`` would give, at once;
-        with ``sample_fn`` it enables ``fast_step()`` (with no EOS, which only sampling can
-        reveal)."""
+        """``sample_many(seq, k)``: the next ``k`` tokens at once (opens ``fast_step()``)."""
         self.keep_finished = keep_finished
         """Keep finished sequences in ``finished`` (False: forget them once returned)."""
         self.waiting: FCFSQueue | PriorityQueue = PriorityQueue() if priority else FCFSQueue()
@@ -106,15 +114,12 @@ class StepScheduler(FastSteps, Scheduler):
         self._running: list[Sequence] = []
         self.finished: list[Sequence] = []
         """Finished sequences, in finishing order (only with ``keep_finished``)."""
-        self._num_preemptions = 0
-        self._num_added = 0
+        self._num_preemptions = self._num_added = 0
         self._known: set[Hashable] = set()
         self._plan: StepPlan | None = None
-        self._run: DecodeRun | None = None
+        self._run = self._memo = self._fast_plan = None
         self._finishing: list[Sequence] = []
-        self._fast_plan: StepPlan | None = None
         self._sampled: list[Sequence] = []
-        self._memo = None
 
     @classmethod
     def vllm_v1(cls, *args: Any, **flags: Any) -> StepScheduler:
@@ -169,56 +174,12 @@ class StepScheduler(FastSteps, Scheduler):
         return self._running
 
     def has_work(self) -> bool:
-        """Whether any sequence is waiting or running."""
-        return bool(self._running or self.waiting)
+        """Whether any sequence is waiting or running (or, async, a step is in flight)."""
+        return bool(self._running or self.waiting or self._in_flight)
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks needed to hold ``num_tokens`` tokens of KV."""
         return self.blocks.blocks_for(num_tokens)
-
-    # -- adding sequences ------------------------------------------------------------------
-
-    def rejection_reason(self, seq: Sequence) -> str | None:
-        """Why ``seq`` can never fit (its largest KV footprint exceeds the cache), or None."""
-        need = self.blocks_for(seq.max_kv_tokens)
-        if need <= self.num_blocks:
-            return None
-        return (
-            f"needs {need} KV blocks for {seq.max_kv_tokens} tokens (prompt {seq.prompt_len} "
-            f"+ output {seq.max_tokens} - 1), cache has {self.num_blocks}"
-        )
-
-    def add(self, seq: Sequence) -> None:
-        """Queue a new sequence (behind earlier ones of its priority)."""
-        if seq.num_output:
-            raise ValueError(f"sequence {seq.seq_id!r} is not new (status {seq.status.value})")
-        self._enqueue(seq)
-
-    def add_prefilled(self, seq: Sequence) -> None:
-        """Queue a sequence that arrives with its prompt computed elsewhere (the KV of every
-        token but its last sampled one). It is admitted like any other, when the blocks for
-        that KV are free, and decodes its next token in that step; a later preemption drops
-        the KV as usual and recomputes it here."""
-        if not seq.output:
-            raise ValueError(f"sequence {seq.seq_id!r} has sampled no token: not prefilled")
-        if self.blocks.caching:
-            # admission starts from a cache lookup, which knows nothing of KV that came in
-            raise ValueError("prefilled sequences need prefix caching off")
-        self._enqueue(seq)
-        seq.num_computed = seq.num_tokens - 1
-
-    def _enqueue(self, seq: Sequence) -> None:
-        if seq.seq_id in self._known:
-            raise ValueError(f"sequence {seq.seq_id!r} was already added")
-        if seq.status is not SequenceStatus.WAITING or seq.num_computed:
-            raise ValueError(f"sequence {seq.seq_id!r} is not new (status {seq.status.value})")
-        reason = self.rejection_reason(seq)
-        if reason is not None:
-            raise ValueError(f"sequence {seq.seq_id!r} can never fit: {reason}")
-        self._known.add(seq.seq_id)
-        seq.arrival_order = self._num_added
-        self._num_added += 1
-        self.waiting.add(seq)
 
     # -- the step --------------------------------------------------------------------------
 
@@ -232,7 +193,12 @@ class StepScheduler(FastSteps, Scheduler):
         budget = self._plan_running(plan, cap)
         if self.admit_after_preemption or not plan.preempted:
             self._admit(plan, budget, cap)
-        self._plan = plan
+        if self.async_scheduling:
+            self._after_schedule(plan)
+            self._in_flight.append(plan)
+            self._unreported = False
+        else:
+            self._plan = plan
         return plan
 
     def _cap(self) -> int:
@@ -247,12 +213,19 @@ class StepScheduler(FastSteps, Scheduler):
         budget = self.max_num_batched_tokens
         running, blocks = self._running, self.blocks
         limit, caching = blocks.block_size, blocks.caching
+        special, prefill = self._special, False
         # an index loop, because preemption shortens ``running`` under our feet
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
             c = seq.num_computed
             n = seq.num_tokens - c
+            if special:
+                p = seq.placeholders
+                if p and c + 2 - p >= seq.prompt_len + seq.max_tokens:
+                    i += 1  # async: the step in flight reaches max_tokens for sure
+                    continue
+                n += seq.spec_drafts + p
             if 0 < cap < n:
                 n = cap
             if n > budget:
@@ -271,6 +244,9 @@ class StepScheduler(FastSteps, Scheduler):
             plan.context_lens.append(c)
             budget -= n
             i += 1
+            if special:
+                prefill |= self._take_drafts(seq, n, c, plan)
+        self._prefill_planned = prefill
         return budget
 
     def _make_room(self, seq: Sequence, n: int, plan: StepPlan) -> tuple[bool, int, int]:
@@ -282,6 +258,7 @@ class StepScheduler(FastSteps, Scheduler):
             if self.priority and victim in plan.seqs:  # fcfs victims come later
                 k = plan.seqs.index(victim)
                 del plan.seqs[k], plan.context_lens[k]
+                plan.drafts.pop(victim, None)
                 refund += plan.num_new_tokens.pop(k)
                 dropped += 1
             self._preempt(victim)
@@ -300,6 +277,8 @@ class StepScheduler(FastSteps, Scheduler):
         self._running.remove(seq)
         self.blocks.free(seq)
         seq.num_computed = 0
+        seq.spec_drafts = seq.placeholders = 0
+        seq.stale = seq.in_flight  # async: the output in flight still comes
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1
         self._num_preemptions += 1
@@ -310,11 +289,23 @@ class StepScheduler(FastSteps, Scheduler):
         blocks everybody behind it)."""
         waiting, running, blocks = self.waiting, self._running, self.blocks
         caching, reserve = blocks.caching, self.reserve_full_isl
+        k = self.num_speculative_tokens
+        # vLLM pads a one-token admission to 1 + k rows unless a prefill chunk runs
+        pad = k and not self._prefill_planned
+        num_running, skipped = len(plan.seqs), []
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             seq = waiting[0]
+            if seq.stale:  # async: its output from before the preemption is in flight
+                skipped.append(waiting.pop())
+                continue
             hits = self._lookup(seq) if caching else []
             start = len(hits) * blocks.block_size if caching else seq.num_computed
             n = seq.num_tokens - start
+            padded = False
+            if pad and n == 1 and (num_running or start):
+                if 1 + k > budget:
+                    break
+                n, padded = 1 + k, True
             if 0 < cap < n:
                 n = cap
             if n > budget:
@@ -334,19 +325,25 @@ class StepScheduler(FastSteps, Scheduler):
             plan.context_lens.append(start)
             plan.num_admitted += 1
             budget -= n
+            if padded:
+                plan.drafts[seq] = k
+        for seq in reversed(skipped):
+            waiting.prepend(seq)
 
     # -- applying the step ----------------------------------------------------------------
 
     def update(self) -> list[Sequence]:
         """Apply the last plan: advance KV, sample completed sequences, retire finished ones
         (in plan order, freeing their blocks tail first)."""
-        plan = self._plan
+        plan = self._in_flight.popleft() if self._in_flight else self._plan
         if plan is None:
             raise RuntimeError("update() without a schedule()")
         self._plan = None
-        done = self._apply(plan)
+        done = self._apply_spec(plan) if self._special else self._apply(plan)
         for seq in done:
             self._retire(seq)
+        if done:
+            self._unreported = True
         self._sampled = plan.sampled
         return done
 
@@ -375,8 +372,12 @@ class StepScheduler(FastSteps, Scheduler):
         return done
 
     def _retire(self, seq: Sequence) -> None:
-        seq.status = SequenceStatus.FINISHED
-        self._running.remove(seq)
-        self.blocks.free(seq)
+        waiting = seq.status is SequenceStatus.WAITING  # async: stopped by stale output
+        seq.status = SequenceStatus.FINISHED  # before free(): finished KV is never re-hit
+        if waiting:
+            self.waiting.remove(seq)
+        else:
+            self._running.remove(seq)
+            self.blocks.free(seq)
         if self.keep_finished:
             self.finished.append(seq)

@@ -1,9 +1,11 @@
-"""Recorded scheduler cases (the format of tests/data/vllm_v1_scheduler/README.md): read and
-checked field by field, so a file not in the format is one error naming FILE:LINE and the
-field, never a traceback or a wrong comparison."""
+"""Recorded scheduler cases (the format of tests/data/vllm_v1_scheduler/README.md, and the
+speculative-decoding and async kinds of tools/vllm_recorder/README.md; ``.gz`` files are read
+through gzip): read and checked field by field, so a file not in the format is one error
+naming FILE:LINE and the field, never a traceback or a wrong comparison."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,14 @@ REQUEST_FIELDS = (
 )
 STEP_FIELDS = ("scheduled", "preempted", "cached", "finished", "free_blocks")
 POLICIES = ("fcfs", "priority")
+KINDS = ("plain", "spec", "async", "async_spec")
+SPEC_CONFIG_FIELDS = (
+    "num_speculative_tokens",
+    "speculative_method",
+    "async_scheduling",
+    "acceptance_rate",
+)
+SPEC_STEP_FIELDS = ("scheduled", "spec", "preempted", "cached", "accepted", "finished")
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,8 @@ class Request:
     eos_at: int | None
     priority: int
     block_hashes: tuple[int, ...]
+    accept: tuple[int, ...] = ()
+    """Spec-decode kinds: drafts the fake model accepts at each output count."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,9 @@ class Case:
     config: dict[str, Any]
     requests: tuple[Request, ...]
     steps: tuple[dict[str, Any], ...]
+    """The recorded steps (kinds plain and spec) or engine-loop calls (async kinds)."""
+    kind: str = "plain"
+    """``plain``, ``spec``, ``async`` or ``async_spec`` (tools/vllm_recorder/README.md)."""
 
 
 class _Bad(Exception):
@@ -68,10 +83,14 @@ def read_cases(path: str | Path) -> list[Case]:
     line that is not in the format."""
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        if file.suffix == ".gz":
+            with gzip.open(file, "rt", encoding="utf-8") as fh:
+                text = fh.read()
+        else:
+            text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
+    except (OSError, EOFError, UnicodeDecodeError) as err:
         raise InputError(f"{path}: cannot read: {err}") from None
     cases = []
     for line_no, line in enumerate(text.splitlines(), start=1):
@@ -91,22 +110,27 @@ def _case(line: str, path: str, line_no: int) -> Case:
         data = json.loads(line)
     except (json.JSONDecodeError, RecursionError, ValueError) as err:
         raise _Bad(f"invalid JSON ({err})") from None
-    obj = _object(data, "", ("case", "vllm", "config", "requests", "steps"))
+    kind = data.get("kind", "plain") if isinstance(data, dict) else "plain"
+    if kind not in KINDS:
+        raise _Bad(f"field 'kind': {kind!r} is not one of {', '.join(KINDS)}")
+    many = "calls" if kind.startswith("async") else "steps"
+    top = ("case", "vllm", "config", "requests", many)
+    obj = _object(data, "", top if kind == "plain" else ("case", "vllm", "kind", "group", *top[2:]))
     name = _typed(obj["case"], "case", str)
     _typed(obj["vllm"], "vllm", str)
-    config = _config(obj["config"])
+    config = _config(obj["config"], kind)
     raw_requests = _typed(obj["requests"], "requests", list)
     if not raw_requests:
         raise _Bad("field 'requests': no requests")
-    requests = tuple(_request(r, i, config["block_size"]) for i, r in enumerate(raw_requests))
+    requests = tuple(_request(r, i, config) for i, r in enumerate(raw_requests))
     arrivals = [r.arrival_step for r in requests]
     if arrivals != sorted(arrivals):
         raise _Bad("field 'requests': not sorted by arrival_step")
-    steps = _typed(obj["steps"], "steps", list)
+    steps = _typed(obj[many], many, list)
     if not steps:
-        raise _Bad("field 'steps': no steps")
-    case = Case(name, path, line_no, config, requests, tuple(steps))
-    if not _plain_steps(line):  # something besides ints, id strings and the keys
+        raise _Bad(f"field '{many}': no {many}")
+    case = Case(name, path, line_no, config, requests, tuple(steps), kind)
+    if kind == "plain" and not _plain_steps(line):  # besides ints, id strings and the keys
         for k, step in enumerate(steps):
             _step(step, k, len(requests))
     return case
@@ -134,7 +158,10 @@ def check_steps(case: Case) -> None:
     """Check every recorded step of ``case`` field by field (InputError naming the line)."""
     try:
         for k, step in enumerate(case.steps):
-            _step(step, k, len(case.requests))
+            if case.kind.startswith("async"):
+                _call(step, k, len(case.requests))
+            else:
+                _step(step, k, len(case.requests), case.kind)
     except _Bad as err:
         raise InputError(f"{case.path}:{case.line}: {err}") from None
 
@@ -161,8 +188,14 @@ def _typed(value: Any, where: str, kind: type, minimum: int | None = None) -> An
     return value
 
 
-def _config(value: Any) -> dict[str, Any]:
-    obj = _object(value, "config", list(CONFIG_FIELDS))
+def _config(value: Any, case_kind: str) -> dict[str, Any]:
+    extra = list(SPEC_CONFIG_FIELDS) if case_kind != "plain" else []
+    obj = _object(value, "config", list(CONFIG_FIELDS) + extra)
+    if extra:
+        _typed(obj["num_speculative_tokens"], "config.num_speculative_tokens", int, 0)
+        _typed(obj["async_scheduling"], "config.async_scheduling", bool)
+        if obj["async_scheduling"] != case_kind.startswith("async"):
+            raise _Bad(f"field 'config.async_scheduling': does not fit kind {case_kind!r}")
     for key, kind in CONFIG_FIELDS.items():
         if kind is int:
             low = 0 if key == "long_prefill_token_threshold" else 1
@@ -174,9 +207,11 @@ def _config(value: Any) -> dict[str, Any]:
     return dict(obj)
 
 
-def _request(value: Any, i: int, block_size: int) -> Request:
+def _request(value: Any, i: int, config: dict[str, Any]) -> Request:
     where = f"requests[{i}]"
-    obj = _object(value, where, REQUEST_FIELDS)
+    k = config.get("num_speculative_tokens")
+    obj = _object(value, where, REQUEST_FIELDS if k is None else (*REQUEST_FIELDS, "accept"))
+    block_size = config["block_size"]
     if obj["id"] != str(i):
         raise _Bad(f"field '{where}.id': expected {str(i)!r} (the list index), got {obj['id']!r}")
     arrival = _typed(obj["arrival_step"], f"{where}.arrival_step", int, 0)
@@ -196,12 +231,34 @@ def _request(value: Any, i: int, block_size: int) -> Request:
             f"field '{where}.block_hashes': {len(hashes)} entries, expected prompt_len // "
             f"block_size = {prompt // block_size}"
         )
-    return Request(arrival, prompt, max_tokens, eos_at, priority, tuple(hashes))
+    accept = _typed(obj.get("accept", []), f"{where}.accept", list)
+    for j, a in enumerate(accept):
+        _typed(a, f"{where}.accept[{j}]", int, 0)
+        if a > (k or 0):
+            raise _Bad(f"field '{where}.accept[{j}]': {a} is above num_speculative_tokens {k}")
+    if k and len(accept) != max_tokens:
+        raise _Bad(f"field '{where}.accept': {len(accept)} entries, expected max_tokens")
+    return Request(arrival, prompt, max_tokens, eos_at, priority, tuple(hashes), tuple(accept))
 
 
-def _step(value: Any, k: int, num_requests: int) -> dict[str, Any]:
+def _call(value: Any, k: int, num_requests: int) -> None:
+    """An async engine-loop call: a schedule and an update record, each null or an object."""
+    where = f"calls[{k}]"
+    obj = _object(value, where, ("schedule", "update"))
+    for part in ("schedule", "update"):
+        if obj[part] is not None:
+            _typed(obj[part], f"{where}.{part}", dict)
+            _typed(obj[part].get("batch"), f"{where}.{part}.batch", int, 0)
+            _typed(obj[part].get("free_blocks"), f"{where}.{part}.free_blocks", int, 0)
+
+
+def _step(value: Any, k: int, num_requests: int, kind: str = "plain") -> dict[str, Any]:
     where = f"steps[{k}]"
-    obj = _object(value, where, STEP_FIELDS)
+    fields = STEP_FIELDS if kind == "plain" else (*SPEC_STEP_FIELDS, "free_blocks")
+    obj = _object(value, where, fields)
+    for part in ("spec", "accepted") if kind != "plain" else ():
+        for rid, n in _typed(obj[part], f"{where}.{part}", dict).items():
+            _typed(n, f"{where}.{part}.{rid}", int, 0)
 
     def request_id(v: Any, field: str) -> str:
         _typed(v, field, str)

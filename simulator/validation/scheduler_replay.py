@@ -7,6 +7,10 @@ Per step ``k``: add the requests that arrive at ``k`` in list order, ``schedule(
 index ``eos_at``), and record the scheduled sequences with their tokens, the preempted ones,
 the prefix-cache hits of the admitted ones, the finished ones and the free blocks. A case ends
 after the first step at or past the last arrival that leaves no work.
+
+Speculative-decoding cases (kind ``spec``) replay the same way, with the case's ``k`` and the
+recorded acceptance scripts as the acceptor (tools/vllm_recorder/README.md); async cases
+replay the engine loop's calls (``scheduler_calls.py``).
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.scheduling.interface import ManySampler, Sampler, Scheduler
+from simulator.scheduling.interface import Acceptor, ManySampler, Sampler, Scheduler
 from simulator.scheduling.sequence import Sequence
 from simulator.scheduling.step_scheduler import StepScheduler
+from simulator.validation.scheduler_calls import replay_calls
 from simulator.validation.scheduler_cases import Case, check_steps, read_cases
 
 EOS = 50256
@@ -52,7 +57,11 @@ class Divergence:
 
 
 def make_replay_scheduler(
-    case: Case, policy: str, sample: Sampler, sample_many: ManySampler | None = None
+    case: Case,
+    policy: str,
+    sample: Sampler,
+    sample_many: ManySampler | None = None,
+    accept: Acceptor | None = None,
 ) -> Scheduler:
     """The scheduler ``policy`` names, configured as the case's vLLM scheduler was (the
     vLLM-only settings given to ``spec`` too would be refused: it ignores them). With
@@ -66,6 +75,8 @@ def make_replay_scheduler(
     eos = EOS if any(r.eos_at is not None for r in case.requests) else None
     args = (c["num_blocks"], c["block_size"], c["max_num_seqs"], c["max_num_batched_tokens"])
     if policy == "spec":
+        if case.kind != "plain":
+            raise InputError(f"{case.name}: kind {case.kind!r} replays through vllm-v1 only")
         caching = c["enable_prefix_caching"]
         return StepScheduler(
             *args, sample, eos, sample_many=sample_many, enable_prefix_caching=caching
@@ -79,7 +90,22 @@ def make_replay_scheduler(
         reserve_full_isl=c["reserve_full_isl"],
         long_prefill_token_threshold=c["long_prefill_token_threshold"],
         enable_prefix_caching=c["enable_prefix_caching"],
+        num_speculative_tokens=c.get("num_speculative_tokens", 0),
+        accept=accept,
+        async_scheduling=c.get("async_scheduling", False),
     )
+
+
+def script_acceptor(case: Case) -> Acceptor:
+    """The recorded fake model's acceptance: ``min(accept[j], d)`` at output count ``j``."""
+    scripts = [r.accept for r in case.requests]
+
+    def accept(seq: Sequence, num_drafts: int) -> int:
+        script = scripts[seq.seq_id]  # type: ignore[call-overload]
+        j = seq.num_output
+        return min(script[j] if j < len(script) else 0, num_drafts)
+
+    return accept
 
 
 def case_sequences(case: Case) -> list[Sequence]:
@@ -115,24 +141,28 @@ def replay(case: Case, policy: str, fast: bool = False) -> list[dict[str, Any]]:
         first = len(seq.output)
         return [EOS if eos_at[i] == p else OUT_TOKEN0 + i for p in range(first, first + k)]
 
-    sched = make_replay_scheduler(case, policy, sample, sample_many if fast else None)
+    many = sample_many if fast and case.kind == "plain" else None
+    sched = make_replay_scheduler(case, policy, sample, many, script_acceptor(case))
     seqs = case_sequences(case)
     arrivals: dict[int, list[Sequence]] = {}
     for seq, r in zip(seqs, case.requests, strict=True):
         arrivals.setdefault(r.arrival_step, []).append(seq)
     last = case.requests[-1].arrival_step
     limit = last + 1 + 4 * sum(r.prompt_len + r.max_tokens for r in case.requests) * (1 + len(seqs))
+    if case.kind.startswith("async"):
+        assert isinstance(sched, StepScheduler)
+        return replay_calls(case.name, sched, arrivals, last, limit)
     steps = []
     for k in range(limit):
         for seq in arrivals.get(k, ()):
             sched.add(seq)
-        steps.append(_replay_step(sched, fast))
+        steps.append(_replay_step(sched, fast, case.kind != "plain"))
         if k >= last and not sched.has_work():
             return steps
     raise RuntimeError(f"{case.name}: no end after {limit} steps (scheduler made no progress)")
 
 
-def _replay_step(sched: Scheduler, fast: bool) -> dict[str, Any]:
+def _replay_step(sched: Scheduler, fast: bool, spec: bool = False) -> dict[str, Any]:
     """One step, planned and applied, as a recorded step is written (ids: list indices)."""
     plan = sched.fast_step() if fast else None
     if plan is None:
@@ -148,13 +178,17 @@ def _replay_step(sched: Scheduler, fast: bool) -> dict[str, Any]:
     if plan.num_admitted:
         hits = plan.cached_tokens
         cached = {i: n for i, n in zip(ids[len(ids) - len(hits) :], hits, strict=True) if n}
-    return {
+    step = {
         "scheduled": [[i, n] for i, n in zip(ids, tokens, strict=True)],
         "preempted": [str(i) for i in sorted(s.seq_id for s in plan.preempted)],  # type: ignore[type-var]
         "cached": cached,
         "finished": [str(i) for i in sorted(s.seq_id for s in done)],  # type: ignore[type-var]
         "free_blocks": sched.num_blocks - sched.num_blocks_used,
     }
+    if spec:
+        step["spec"] = {str(s.seq_id): d for s, d in plan.drafts.items()}
+        step["accepted"] = {str(s.seq_id): a for s, a in plan.accepted.items()}
+    return step
 
 
 def first_divergence(case: Case, got: list[dict[str, Any]]) -> Divergence | None:

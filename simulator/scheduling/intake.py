@@ -1,0 +1,61 @@
+"""How sequences enter the step scheduler: checked against the cache, then queued (new, or
+arriving with their prompt computed elsewhere)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from simulator.scheduling.kv_manager import KVManager
+from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
+from simulator.scheduling.sequence import Sequence, SequenceStatus
+
+
+class Intake:
+    """``add()`` and ``add_prefilled()`` of the scheduler (mixed into ``StepScheduler``)."""
+
+    blocks: KVManager
+    waiting: FCFSQueue | PriorityQueue
+    _known: set[Hashable]
+    _num_added: int
+
+    def rejection_reason(self, seq: Sequence) -> str | None:
+        """Why ``seq`` can never fit (its largest KV footprint exceeds the cache), or None."""
+        need = self.blocks.blocks_for(seq.max_kv_tokens)
+        if need <= self.blocks.num_blocks:
+            return None
+        return (
+            f"needs {need} KV blocks for {seq.max_kv_tokens} tokens (prompt {seq.prompt_len} "
+            f"+ output {seq.max_tokens} - 1), cache has {self.blocks.num_blocks}"
+        )
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a new sequence (behind earlier ones of its priority)."""
+        if seq.num_output:
+            raise ValueError(f"sequence {seq.seq_id!r} is not new (status {seq.status.value})")
+        self._enqueue(seq)
+
+    def add_prefilled(self, seq: Sequence) -> None:
+        """Queue a sequence that arrives with its prompt computed elsewhere (the KV of every
+        token but its last sampled one). It is admitted like any other, when the blocks for
+        that KV are free, and decodes its next token in that step; a later preemption drops
+        the KV as usual and recomputes it here."""
+        if not seq.output:
+            raise ValueError(f"sequence {seq.seq_id!r} has sampled no token: not prefilled")
+        if self.blocks.caching:
+            # admission starts from a cache lookup, which knows nothing of KV that came in
+            raise ValueError("prefilled sequences need prefix caching off")
+        self._enqueue(seq)
+        seq.num_computed = seq.num_tokens - 1
+
+    def _enqueue(self, seq: Sequence) -> None:
+        if seq.seq_id in self._known:
+            raise ValueError(f"sequence {seq.seq_id!r} was already added")
+        if seq.status is not SequenceStatus.WAITING or seq.num_computed:
+            raise ValueError(f"sequence {seq.seq_id!r} is not new (status {seq.status.value})")
+        reason = self.rejection_reason(seq)
+        if reason is not None:
+            raise ValueError(f"sequence {seq.seq_id!r} can never fit: {reason}")
+        self._known.add(seq.seq_id)
+        seq.arrival_order = self._num_added
+        self._num_added += 1
+        self.waiting.add(seq)
