@@ -160,7 +160,8 @@ class ProfiledCostModel(CostModel):
         if ep > 1 and bandwidth is not None:  # no link named: checked by dp_scenario
             latency = cfg.allreduce_latency_us
             link = (bandwidth, (hw.allreduce_latency_us or 0.0) if latency is None else latency)
-        return ProfiledExperts(table, self.model, ep, max(1, ep // cfg.tp), link)
+        dp = max(1, ep // cfg.tp)
+        return ProfiledExperts(table, self.model, ep, dp, link, self._memory_rate)
 
     def _moe_time(self, tokens: int) -> float:
         """All MoE layers of a step of ``tokens`` tokens on each DP rank alike."""
