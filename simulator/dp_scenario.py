@@ -9,6 +9,7 @@ from typing import Any
 from simulator.config import ScenarioConfig
 from simulator.cost import CostModel, build_cost_model
 from simulator.cost.profiled import ProfiledCostConfig
+from simulator.cost.roofline import RooflineCostConfig
 from simulator.engine.dp_padding import DPPadding, capture_sizes
 from simulator.engine.dp_simulation import DataParallelSimulation
 from simulator.engine.serving import ServingConfig
@@ -33,15 +34,21 @@ def with_expert_parallel(cfg: ScenarioConfig) -> ScenarioConfig:
     if ep == 1:
         return cfg
     cm = cfg.cost_model
-    if not isinstance(cm, ProfiledCostConfig):
+    if not isinstance(cm, ProfiledCostConfig | RooflineCostConfig):
         raise InputError(
-            "parallel.enable_expert_parallel: supported with the profiled cost model only "
-            f"(cost_model.type is {cm.type})"
+            "parallel.enable_expert_parallel: supported with the profiled and roofline cost "
+            f"models (cost_model.type is {cm.type})"
         )
     from simulator.cost.presets import load_hardware, load_model
 
+    model = load_model(cm.model)
+    if not model.is_moe:
+        raise InputError(
+            f"parallel.enable_expert_parallel: model {model.name} has no experts to split "
+            "(a dense model: use data_parallel_size without it)"
+        )
     try:
-        load_model(cm.model).experts_per_rank(ep)
+        model.experts_per_rank(ep)
     except InputError as err:
         raise InputError(f"parallel.enable_expert_parallel: {err}") from None
     if (

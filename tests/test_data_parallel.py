@@ -274,3 +274,89 @@ def test_async_scheduling_plans_a_step_while_the_one_before_runs(async_schedulin
         assert first >= starts[n + lag] - 1e-12, (arrival, first)
         exact += first == pytest.approx(starts[n + lag])
     assert exact > 50  # most go in then (the budgets are ample)
+
+
+def _roofline_ep(ep: int, tp: int = 1, **extra: Any) -> Any:
+    from simulator.cost import build_cost_model
+    from simulator.cost.roofline import RooflineCostConfig
+
+    cfg = RooflineCostConfig(
+        model="qwen3-30b-a3b", hardware="h100-sxm", tp=tp, expert_parallel=ep, **extra
+    )
+    return build_cost_model(cfg)
+
+
+def test_roofline_expert_parallelism_by_hand() -> None:
+    from simulator.cost.batch import StepSums
+
+    plain, ep4 = _roofline_ep(1), _roofline_ep(4, allreduce_latency_us=5.0)
+    m, hw = ep4.model, ep4.hw
+    decode = Batch((1,) * 64, (1000,) * 64)
+    # four ranks of 64 decodes: this GPU reads the 32 of its experts 256 tokens touch and
+    # computes the 256 x 8 / 4 top-k slots routed to it; the rest as one GPU's
+    slot_flops = 2 * 48 * m.expert_params
+    flops = (m.flops_per_token_matmul - 8 * slot_flops) * 64 + slot_flops * 256 * 8 / 4
+    flops += m.attention_flops_per_pair * decode.attention_pairs()
+    nbytes = m.weight_bytes - m.routed_expert_bytes + m.kv_bytes_per_token_per_gpu(1) * 64 * 1001
+    nbytes += 48 * m.expected_distinct_experts(256) / 4 * m.expert_bytes
+    roof = max(flops / (hw.peak_flops * 0.6), nbytes / (hw.hbm_bandwidth * 0.8))
+    # NVLink one way 450 GB/s; three ring steps of 64 tokens each way, 5 us each
+    exchange = 2 * 5e-6 + 3 * 64 * (2048 * 2 + 64 + 2048 * 2) / 450e9
+    want = roof + 48 * exchange + 2e-3
+    assert ep4.step_time(decode) == pytest.approx(want, rel=1e-9)
+    assert ep4.step_time_in_dp(decode, [64] * 4, 2) == pytest.approx(want, rel=1e-12)
+    assert ep4.time_sums(StepSums.of(decode)) == ep4.step_time(decode)
+    # a decode step reads a quarter of the experts: faster than one GPU with all of them
+    assert ep4.step_time(decode) < plain.step_time(decode)
+    # another rank's prefill lands on this GPU's experts and on the link
+    assert ep4.step_time_in_dp(decode, [64, 64, 64, 2048], 0) > ep4.step_time(decode)
+    # no expert parallelism: the ranks are independent
+    assert plain.step_time_in_dp(decode, [64, 2048], 0) == plain.step_time(decode)
+
+
+def test_the_moe_deployment_scenario_runs_dp_and_ep_on_the_roofline() -> None:
+    from simulator.config import load_scenario
+    from simulator.dp_scenario import build_dp_simulation
+    from simulator.runner import build
+    from tests.paths import ROOT
+
+    path = ROOT / "scenarios" / "moe-deployment.yaml"
+    cfg = resolve(load_scenario(path, {"workload.num_requests": 150}))
+    assert cfg.parallel is not None and cfg.parallel.data_parallel_size == 4
+    assert cfg.cost_model.type == "roofline" and cfg.cost_model.expert_parallel == 4  # type: ignore[union-attr]
+    # each rank's KV holds what a quarter of the experts leaves free
+    tp4 = resolve(
+        load_scenario(
+            path,
+            {"parallel.data_parallel_size": 1, "parallel.enable_expert_parallel": False},
+        )
+    )
+    assert cfg.scheduler.num_blocks > tp4.scheduler.num_blocks  # type: ignore[operator]
+    workload, _ = build(cfg)
+    sim = build_dp_simulation(cfg, workload, None)
+    result = sim.run()
+    assert result.requests["finish_s"].notna().all()
+    assert set(sim.server.rank_of.values()) == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("parallel.data_parallel_size=3", "parallel.enable_expert_parallel"),  # 128 over 3
+        ("parallel.data_parallel_size=0", "parallel.data_parallel_size"),
+        ("cost_model.model=llama-3-8b", "parallel.enable_expert_parallel"),  # dense: no experts
+    ],
+)
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_bad_parallel_input_is_one_line_exit_2(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], override: str, field: str, command: str
+) -> None:
+    from simulator.cli import main
+    from tests.paths import ROOT
+
+    out = tmp_path / "never"
+    args = [command, str(ROOT / "scenarios" / "moe-deployment.yaml"), "--set", override]
+    assert main(args + (["--out", str(out)] if command == "run" else [])) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("servesim: error:") and field in err and len(err.splitlines()) == 1
+    assert not out.exists()
