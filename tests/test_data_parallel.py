@@ -173,10 +173,10 @@ def test_an_ep_degree_that_does_not_divide_the_experts_is_one_line() -> None:
         resolve(bad)
 
 
-def test_expert_parallel_needs_the_profiled_model() -> None:
+def test_expert_parallel_needs_a_model_that_prices_experts() -> None:
     data = _scenario(2)
-    data["parallel"]["enable_expert_parallel"] = True
-    with pytest.raises(InputError, match="profiled cost model only"):
+    data["parallel"]["enable_expert_parallel"] = True  # a linear cost model
+    with pytest.raises(InputError, match="profiled and roofline cost models"):
         resolve(data)
 
 
