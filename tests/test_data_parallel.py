@@ -360,3 +360,18 @@ def test_bad_parallel_input_is_one_line_exit_2(
     err = capsys.readouterr().err.strip()
     assert err.startswith("servesim: error:") and field in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_data_parallel_ranks_inside_a_cluster_are_refused_in_one_line(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    from simulator.cli import main
+
+    path = tmp_path / "dp-cluster.yaml"
+    path.write_text(yaml.safe_dump({**_scenario(2), "cluster": {"replicas": 2}}))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "parallel.data_parallel_size" in err and "cluster" in err
+    assert len(err.splitlines()) == 1
