@@ -1,4 +1,4 @@
-"""Replay LLMServingSim's two real vLLM runs (scenarios/real-*.yaml) against their
+"""Replay LLMServingSim's three real vLLM runs (scenarios/real-*.yaml) against their
 measurements, time each whole replay, and write the end-to-end table at the top of
 docs/fidelity.md (between its END-TO-END markers) from ../shared/data/llmservingsim, else
 data/llmservingsim (after ``servesim fetch llmservingsim``).

@@ -10,8 +10,10 @@ from simulator.config import ScenarioConfig
 from simulator.cost import CostModel, build_cost_model
 from simulator.cost.physics import PhysicsCostConfig
 from simulator.cost.profiled import ProfiledCostConfig
+from simulator.cost.roofline import RooflineCostConfig
+from simulator.engine.dp_padding import DPPadding, capture_sizes
 from simulator.engine.dp_simulation import DataParallelSimulation
-from simulator.engine.serving import StepWithCpu
+from simulator.engine.serving import ServingConfig
 from simulator.errors import InputError
 from simulator.scheduling import make_scheduler
 from simulator.workload import Workload
@@ -33,16 +35,21 @@ def with_expert_parallel(cfg: ScenarioConfig) -> ScenarioConfig:
     if ep == 1:
         return cfg
     cm = cfg.cost_model
-    if not isinstance(cm, ProfiledCostConfig | PhysicsCostConfig):
+    if not isinstance(cm, ProfiledCostConfig | RooflineCostConfig | PhysicsCostConfig):
         raise InputError(
-            "parallel.enable_expert_parallel: supported with the profiled and physics cost "
-            "models only "
-            f"(cost_model.type is {cm.type})"
+            "parallel.enable_expert_parallel: supported with the profiled, roofline and physics "
+            f"cost models (cost_model.type is {cm.type})"
         )
     from simulator.cost.presets import load_hardware, load_model
 
+    model = load_model(cm.model)
+    if not model.is_moe:
+        raise InputError(
+            f"parallel.enable_expert_parallel: model {model.name} has no experts to split "
+            "(a dense model: use data_parallel_size without it)"
+        )
     try:
-        load_model(cm.model).experts_per_rank(ep)
+        model.experts_per_rank(ep)
     except InputError as err:
         raise InputError(f"parallel.enable_expert_parallel: {err}") from None
     if (
@@ -65,18 +72,33 @@ def build_dp_simulation(
     """The run of a resolved scenario with ``parallel.data_parallel_size > 1`` ranks."""
     assert cfg.parallel is not None
     n = cfg.parallel.data_parallel_size
-    costs: list[CostModel] = []
-    for _ in range(n):
-        cost = build_cost_model(cfg.cost_model)
-        costs.append(StepWithCpu(cost, cfg.serving) if cfg.serving.has_step_cpu else cost)
+    costs: list[CostModel] = [build_cost_model(cfg.cost_model) for _ in range(n)]
+    if cfg.serving.has_step_cpu:
+        kwargs["with_cpu"] = _with_cpu(cfg.serving)
     ranks = [make_scheduler(cfg.scheduler) for _ in range(n)]
+    sched = cfg.scheduler
+    sizes = capture_sizes(sched.max_num_seqs, sched.max_num_batched_tokens)
     return DataParallelSimulation(
         workload,
         costs,
         ranks,
+        padding=DPPadding(sizes if cfg.parallel.cuda_graphs else None),
         progress=progress,
         max_concurrency=cfg.workload.max_concurrency,
         percentiles=cfg.metrics.percentiles,
         serving=cfg.serving,
         **kwargs,
     )
+
+
+def _with_cpu(serving: ServingConfig) -> Callable[[float, int], float]:
+    """A rank's step on the server from its GPU time and sequences, as ``StepWithCpu`` times
+    it: the CPU's per-step work overlapped (``max``) under async scheduling, else added."""
+    fixed, per_seq = serving.step_cpu_ms * 1e-3, serving.step_cpu_per_seq_us * 1e-6
+    overlap = serving.async_scheduling
+
+    def step(gpu: float, num_seqs: int) -> float:
+        cpu = fixed + per_seq * num_seqs
+        return max(gpu, cpu) if overlap else gpu + cpu
+
+    return step

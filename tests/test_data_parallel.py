@@ -173,25 +173,205 @@ def test_an_ep_degree_that_does_not_divide_the_experts_is_one_line() -> None:
         resolve(bad)
 
 
-def test_expert_parallel_needs_the_profiled_model() -> None:
+def test_expert_parallel_needs_a_model_that_prices_experts() -> None:
     data = _scenario(2)
-    data["parallel"]["enable_expert_parallel"] = True
-    with pytest.raises(InputError, match="profiled and physics cost models only"):
+    data["parallel"]["enable_expert_parallel"] = True  # a linear cost model
+    with pytest.raises(InputError, match="profiled, roofline and physics cost models"):
         resolve(data)
 
 
-def test_each_moe_layer_adds_the_all_to_all_over_the_presets_link() -> None:
+def test_each_moe_layer_adds_the_all_gather_and_reduce_scatter_over_the_presets_link() -> None:
     from simulator.cost import build_cost_model
-    from simulator.cost.all_to_all import all_to_all_time
 
     cm = resolve(_qwen(enable_expert_parallel=True)).cost_model
     ideal = cm.model_copy(update={"interconnect_bandwidth": 1e30, "allreduce_latency_us": 0.0})
     batch = Batch((1,) * 64, (500,) * 64)
     real, free = build_cost_model(cm), build_cost_model(ideal)
-    model = real.model  # type: ignore[attr-defined]
-    # rtx-pro-6000: 16 GB/s and 20 us (the preset's link); dispatch + combine per MoE layer
-    want = model.num_moe_layers * all_to_all_time(
-        64, model.hidden_size, 2, 16e9, 20.0, top_k=model.num_experts_per_tok
-    )
-    assert want > 1e-3
+    # rtx-pro-6000: 16 GB/s and 20 us (the preset's link). Two ranks of 64 tokens: the
+    # all-gather sends 64 hidden vectors (2,048 bf16) and their 8 top-k (fp32 weight, int32 id)
+    # one way, the reduce-scatter 64 hidden vectors back; 20 us each; 48 MoE layers
+    dispatch = 64 * (2048 * 2 + 8 * 8) / 16e9
+    combine = 64 * 2048 * 2 / 16e9
+    want = 48 * (dispatch + combine + 2 * 20e-6)
     assert real.step_time(batch) - free.step_time(batch) == pytest.approx(want, rel=1e-9)
+
+
+def test_vllms_cuda_graph_padding_of_the_ranks() -> None:
+    from simulator.engine.dp_padding import DPPadding, capture_sizes
+
+    # max_num_seqs 128: graphs up to 256 tokens; 1, 2, 4, every 8 below 256, then 256
+    sizes = capture_sizes(128, 2048)
+    assert sizes[:5] == [1, 2, 4, 8, 16] and sizes[-2:] == [248, 256] and len(sizes) == 35
+    assert capture_sizes(8, 12) == [1, 2, 4, 8, 12]  # the token budget itself when below
+    pad = DPPadding(sizes)
+    # all ranks in graphs: each to the largest rank's graph (an idle rank's dummy too)
+    assert pad.tokens_across_dp([100, 1]) == [104, 104]
+    # a rank beyond the largest graph runs eagerly: no DP padding, the others' own graphs
+    assert pad.tokens_across_dp([600, 100]) == [600, 104]
+    assert DPPadding(None).tokens_across_dp([100, 1]) == [100, 1]  # enforce_eager
+
+
+def test_the_all_gather_and_reduce_scatter_by_hand() -> None:
+    from simulator.cost.all_to_all import allgather_reducescatter_time
+
+    # two ranks of 600 and 104 tokens, hidden 2,048 bf16, top-8: each ring step is as long
+    # as the larger chunk's; 10 GB/s and 5 us per collective
+    t = allgather_reducescatter_time([600, 104], 2048, 10e9, 5.0, top_k=8)
+    assert t == pytest.approx(2 * 5e-6 + 600 * (4096 + 64) / 10e9 + 600 * 4096 / 10e9)
+    # four equal ranks: three ring steps each way
+    t4 = allgather_reducescatter_time([50] * 4, 2048, 10e9, 0.0, top_k=8)
+    assert t4 == pytest.approx(3 * 50 * (4096 + 64 + 4096) / 10e9)
+    assert allgather_reducescatter_time([500], 2048, 10e9, 5.0) == 0.0
+
+
+def test_a_ranks_moe_layers_follow_every_ranks_tokens() -> None:
+    from simulator.cost import build_cost_model
+
+    cost = build_cost_model(resolve(_qwen(enable_expert_parallel=True)).cost_model)
+    decode = Batch((1,) * 64, (500,) * 64)
+    # balanced ranks: the data-parallel price is the plain one
+    assert cost.step_time_in_dp(decode, [64, 64], 0) == pytest.approx(cost.step_time(decode))  # type: ignore[attr-defined]
+    # the other rank prefills 600 tokens: this rank's experts see them too (and the
+    # all-gather carries them), so its decode step costs more than alone...
+    busy = cost.step_time_in_dp(decode, [64, 600], 0)  # type: ignore[attr-defined]
+    assert busy > cost.step_time(decode) + 1e-3
+    # ...but the prefilling rank's MoE is cheaper than if both ranks had 600 tokens
+    chunk = Batch((600,), (0,))
+    assert cost.step_time_in_dp(chunk, [64, 600], 1) < cost.step_time(chunk)  # type: ignore[attr-defined]
+    experts = cost._experts  # type: ignore[attr-defined]
+    m = cost.model  # type: ignore[attr-defined]
+    # the MoE part by hand: moe.csv at the local slots (664 / 2 tokens' worth) over the
+    # local experts 664 tokens touch, plus the remote slots' traffic, plus the exchange
+    local = experts.table.at(664 / 2, m.expected_distinct_experts(664, 2))
+    remote = 664 * 8 * 0.5 * experts.slot_seconds
+    assert experts.slot_seconds == pytest.approx(2 * (5 * 768 + 2 * 2048) / (1.597e12 * 0.8))
+    assert experts.across_dp([64, 600], 0) == pytest.approx(
+        48 * (local + remote + experts._exchange([64, 600]))
+    )
+
+
+def _arrivals_and_steps(async_scheduling: bool) -> tuple[pd.DataFrame, list[float], list[float]]:
+    data = _scenario(2)
+    data["serving"] = {"async_scheduling": async_scheduling}
+    result = run(data)
+    steps = result.steps
+    return result.requests, steps["start_s"].tolist(), steps["duration_s"].tolist()
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_async_scheduling_plans_a_step_while_the_one_before_runs(async_scheduling: bool) -> None:
+    import bisect
+
+    req, starts, durations = _arrivals_and_steps(async_scheduling)
+    lag = 2 if async_scheduling else 1
+    exact = 0
+    for arrival, first in zip(req["queued_s"], req["first_scheduled_s"], strict=True):
+        n = bisect.bisect_right(starts, arrival) - 1
+        running = n >= 0 and starts[n] < arrival < starts[n] + durations[n]
+        if not running or n + lag >= len(starts):
+            continue  # idle at its arrival: scheduled at once in both modes
+        # never sooner than the step planned after it arrived: N + 1 sync, N + 2 async
+        assert first >= starts[n + lag] - 1e-12, (arrival, first)
+        exact += first == pytest.approx(starts[n + lag])
+    assert exact > 50  # most go in then (the budgets are ample)
+
+
+def _roofline_ep(ep: int, tp: int = 1, **extra: Any) -> Any:
+    from simulator.cost import build_cost_model
+    from simulator.cost.roofline import RooflineCostConfig
+
+    cfg = RooflineCostConfig(
+        model="qwen3-30b-a3b", hardware="h100-sxm", tp=tp, expert_parallel=ep, **extra
+    )
+    return build_cost_model(cfg)
+
+
+def test_roofline_expert_parallelism_by_hand() -> None:
+    from simulator.cost.batch import StepSums
+
+    plain, ep4 = _roofline_ep(1), _roofline_ep(4, allreduce_latency_us=5.0)
+    m, hw = ep4.model, ep4.hw
+    decode = Batch((1,) * 64, (1000,) * 64)
+    # four ranks of 64 decodes: this GPU reads the 32 of its experts 256 tokens touch and
+    # computes the 256 x 8 / 4 top-k slots routed to it; the rest as one GPU's
+    slot_flops = 2 * 48 * m.expert_params
+    flops = (m.flops_per_token_matmul - 8 * slot_flops) * 64 + slot_flops * 256 * 8 / 4
+    flops += m.attention_flops_per_pair * decode.attention_pairs()
+    nbytes = m.weight_bytes - m.routed_expert_bytes + m.kv_bytes_per_token_per_gpu(1) * 64 * 1001
+    nbytes += 48 * m.expected_distinct_experts(256) / 4 * m.expert_bytes
+    roof = max(flops / (hw.peak_flops * 0.6), nbytes / (hw.hbm_bandwidth * 0.8))
+    # NVLink one way 450 GB/s; three ring steps of 64 tokens each way, 5 us each
+    exchange = 2 * 5e-6 + 3 * 64 * (2048 * 2 + 64 + 2048 * 2) / 450e9
+    want = roof + 48 * exchange + 2e-3
+    assert ep4.step_time(decode) == pytest.approx(want, rel=1e-9)
+    assert ep4.step_time_in_dp(decode, [64] * 4, 2) == pytest.approx(want, rel=1e-12)
+    assert ep4.time_sums(StepSums.of(decode)) == ep4.step_time(decode)
+    # a decode step reads a quarter of the experts: faster than one GPU with all of them
+    assert ep4.step_time(decode) < plain.step_time(decode)
+    # another rank's prefill lands on this GPU's experts and on the link
+    assert ep4.step_time_in_dp(decode, [64, 64, 64, 2048], 0) > ep4.step_time(decode)
+    # no expert parallelism: the ranks are independent
+    assert plain.step_time_in_dp(decode, [64, 2048], 0) == plain.step_time(decode)
+
+
+def test_the_moe_deployment_scenario_runs_dp_and_ep_on_the_roofline() -> None:
+    from simulator.config import load_scenario
+    from simulator.dp_scenario import build_dp_simulation
+    from simulator.runner import build
+    from tests.paths import ROOT
+
+    path = ROOT / "scenarios" / "moe-deployment.yaml"
+    cfg = resolve(load_scenario(path, {"workload.num_requests": 150}))
+    assert cfg.parallel is not None and cfg.parallel.data_parallel_size == 4
+    assert cfg.cost_model.type == "roofline" and cfg.cost_model.expert_parallel == 4  # type: ignore[union-attr]
+    # each rank's KV holds what a quarter of the experts leaves free
+    tp4 = resolve(
+        load_scenario(
+            path,
+            {"parallel.data_parallel_size": 1, "parallel.enable_expert_parallel": False},
+        )
+    )
+    assert cfg.scheduler.num_blocks > tp4.scheduler.num_blocks  # type: ignore[operator]
+    workload, _ = build(cfg)
+    sim = build_dp_simulation(cfg, workload, None)
+    result = sim.run()
+    assert result.requests["finish_s"].notna().all()
+    assert set(sim.server.rank_of.values()) == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("parallel.data_parallel_size=3", "parallel.enable_expert_parallel"),  # 128 over 3
+        ("parallel.data_parallel_size=0", "parallel.data_parallel_size"),
+        ("cost_model.model=llama-3-8b", "parallel.enable_expert_parallel"),  # dense: no experts
+    ],
+)
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_bad_parallel_input_is_one_line_exit_2(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], override: str, field: str, command: str
+) -> None:
+    from simulator.cli import main
+    from tests.paths import ROOT
+
+    out = tmp_path / "never"
+    args = [command, str(ROOT / "scenarios" / "moe-deployment.yaml"), "--set", override]
+    assert main(args + (["--out", str(out)] if command == "run" else [])) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("servesim: error:") and field in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_data_parallel_ranks_inside_a_cluster_are_refused_in_one_line(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    from simulator.cli import main
+
+    path = tmp_path / "dp-cluster.yaml"
+    path.write_text(yaml.safe_dump({**_scenario(2), "cluster": {"replicas": 2}}))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "parallel.data_parallel_size" in err and "cluster" in err
+    assert len(err.splitlines()) == 1

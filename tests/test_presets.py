@@ -27,6 +27,7 @@ PUBLISHED_B = {
     "llama-3-70b": 70.55,
     "bloom-176b": 176.2,
     "qwen-2.5-7b": 7.61,
+    "qwen3-30b-a3b": 30.5,  # the model card's 30.5B in total (3.3B activated)
 }
 
 

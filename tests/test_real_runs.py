@@ -29,22 +29,17 @@ LSS = DATA / "llmservingsim"
 # known of why): the RTX PRO 6000's TTFT p50, -8.6% as LLMServingSim's own; it is held there.
 WITHIN = 5.0
 MISSES = {("RTX PRO 6000", "ttft", "p50"): 8.7}
-# The MoE run (DP 2, EP 2) misses the target on most figures: each is held at what the replay
-# gives now (+0.5 points), so that a change for the worse shows (docs/fidelity.md says why).
+# The MoE run (DP 2, EP 2): TPOT and E2E meet the target (within 5%); TTFT does not (its
+# queued requests wait for the first finishers, so a TPOT error of 2-3% in the filling phase
+# becomes 7-23% there; docs/fidelity.md says what is known). Each TTFT figure is held at what
+# the replay gives now (+0.5 points), so that a change for the worse shows; the p50 is better
+# than LLMServingSim's own (-21.8%).
 MOE = "2 x RTX PRO 6000, DP 2 EP 2, Qwen3-30B-A3B"
 HELD = {
-    ("ttft", "mean"): 30.5,
-    ("ttft", "p50"): 7.8,
-    ("ttft", "p90"): 46.8,
-    ("ttft", "p99"): 28.9,
-    ("tpot", "mean"): 6.3,
-    ("tpot", "p50"): 7.1,
-    ("tpot", "p90"): 8.1,
-    ("tpot", "p99"): 8.8,
-    ("e2e", "mean"): 7.1,
-    ("e2e", "p50"): 7.2,
-    ("e2e", "p90"): 7.5,
-    ("e2e", "p99"): 5.7,
+    ("ttft", "mean"): 17.3,
+    ("ttft", "p50"): 11.7,
+    ("ttft", "p90"): 23.0,
+    ("ttft", "p99"): 7.7,
 }
 
 
@@ -83,8 +78,13 @@ def test_replay_errors_within_bounds(run: RealRun) -> None:
     errors = {(m, s): row["error_pct"] for m, by in metrics.items() for s, row in by.items()}
     assert len(errors) == 12 and len(theirs) == 3
     for (metric, stat), error in errors.items():
-        if run.name == MOE:
+        if run.name == MOE and metric == "ttft":
             assert abs(error) <= HELD[metric, stat], (metric, stat, error)
+            if stat == "p50":
+                assert abs(error) < abs(theirs[metric][stat]), (metric, stat, error)
+            continue
+        if run.name == MOE:
+            assert abs(error) <= WITHIN, (metric, stat, error)
             continue
         bound = MISSES.get((run.name, metric, stat), WITHIN)
         assert abs(error) <= bound, (metric, stat, error)

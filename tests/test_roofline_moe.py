@@ -42,7 +42,7 @@ def old_formula(m: ModelSpec, peak: float, bw: float, tp: int, batch: Batch) -> 
     return (t_m if t_m > t_c else t_c) + 2.0e-3
 
 
-@pytest.mark.parametrize("name", list_presets()["models"])
+@pytest.mark.parametrize("name", [n for n in list_presets()["models"] if not load_model(n).is_moe])
 def test_dense_presets_are_bit_exact(name: str) -> None:
     m, hw = load_model(name), load_hardware("h100-sxm")
     tp = 8 if m.num_params > 60e9 else 1

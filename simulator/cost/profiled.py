@@ -18,15 +18,17 @@ attention per decode count.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from simulator.cost.all_to_all import all_to_all_time
 from simulator.cost.batch import Batch, StepSums
 from simulator.cost.interface import CostModel
 from simulator.cost.presets import Dtype, HardwareSpec, ModelSpec
+from simulator.cost.profile_checks import check_shape, moe_table
+from simulator.cost.profiled_experts import ProfiledExperts
 from simulator.cost.profiles import Curve, OperatorProfile, ProfileFormat
 from simulator.cost.profiles.moe import MoeTable
 from simulator.errors import InputError, warn
@@ -68,9 +70,9 @@ class ProfiledCostConfig(BaseModel):
     kv_dtype: Dtype | None = None
     """Dtype of the KV cache, overriding the model's: the KV budget and roofline attention."""
     expert_parallel: int = Field(default=1, ge=1)
-    """Expert-parallel ranks the routed experts are split over (set from ``parallel``): each
-    MoE layer computes its share of the experts for as many tokens as the rank sends (balanced
-    ranks), plus the all-to-all dispatch and combine over the hardware's link."""
+    """GPUs the routed experts are split over (set from ``parallel``: the data-parallel ranks
+    times ``tp``): each MoE layer computes its share of the experts for the tokens of all DP
+    ranks, plus their all-gather and reduce-scatter over the link (``profiled_experts.py``)."""
     skew: bool = True
     """Apply the profile's skew correction where it has one (LLMServingSim's ``skew_fit``:
     decodes of different contexts are slower than at their mean). It needs each decode's
@@ -92,13 +94,13 @@ class ProfiledCostModel(CostModel):
                 f"of model {model.name}"
             )
         model = model.with_dtypes(cfg.weight_dtype, cfg.kv_dtype)
-        _check_shape(profile, model)
+        check_shape(profile, model)
         self.cfg, self.model, self.hw, self.profile = cfg, model, hw, profile
         self.num_layers = model.num_layers
         self._compute_rate = hw.peak_flops * cfg.compute_efficiency
         self._memory_rate = hw.hbm_bandwidth * cfg.memory_efficiency
         comm_fixed, comm_per_token = self._allreduce_constants()
-        self._moe = _moe_table(profile, model)
+        self._experts = self._expert_layers(moe_table(profile, model))
         # an MoE model's dense MLP operators run in its dense layers only
         tokens = _weighted_sum(
             [(calls * _layers_of(name, model), c) for name, (calls, c) in profile.per_layer.items()]
@@ -111,7 +113,8 @@ class ProfiledCostModel(CostModel):
         counts = np.arange(int(self._tokens.hi) + 1)
         self._comm = (comm_fixed, comm_per_token)
         token_times = self._tokens.table(counts) + comm_fixed + comm_per_token * counts
-        if self._moe is not None:  # the MoE layers, by the step's tokens (no-op for dense)
+        self._dense_table = token_times.tolist()
+        if self._experts is not None:  # the MoE layers, by the step's tokens (no-op for dense)
             token_times = token_times + np.array([self._moe_time(int(n)) for n in counts])
         self._token_table = token_times.tolist()
         self._seqs = _weighted_sum([(1, c) for c in profile.per_sequence.values()])
@@ -147,28 +150,22 @@ class ProfiledCostModel(CostModel):
         ring = 2.0 * (cfg.tp - 1) / cfg.tp  # a ring all-reduce sends this much of the buffer
         return num * latency * 1e-6, num * ring * model.hidden_size * model.dtype_bytes / bandwidth
 
-    def _moe_time(self, tokens: int) -> float:
-        """All MoE layers of a step of ``tokens`` tokens on this rank: ``moe.csv`` at the
-        tokens and the expected distinct experts they touch (uniform routing)."""
-        if self._moe is None or tokens <= 0:
-            return 0.0
-        ep = self.cfg.expert_parallel
-        # under EP the rank's experts see every rank's tokens: ep x as many (balanced ranks)
-        experts = self.model.expected_distinct_experts(tokens * ep, ep)
-        return self.model.num_moe_layers * (self._moe.at(tokens, experts) + self._a2a(tokens))
+    def _expert_layers(self, table: MoeTable | None) -> ProfiledExperts | None:
+        """The MoE layers' pricing: the table, the EP degree, the DP ranks' link."""
+        if table is None:
+            return None
+        cfg, hw = self.cfg, self.hw
+        ep, link = cfg.expert_parallel, None
+        bandwidth = cfg.interconnect_bandwidth or hw.interconnect_bandwidth
+        if ep > 1 and bandwidth is not None:  # no link named: checked by dp_scenario
+            latency = cfg.allreduce_latency_us
+            link = (bandwidth, (hw.allreduce_latency_us or 0.0) if latency is None else latency)
+        dp = max(1, ep // cfg.tp)
+        return ProfiledExperts(table, self.model, ep, dp, link, self._memory_rate)
 
-    def _a2a(self, tokens: int) -> float:
-        """One MoE layer's all-to-all dispatch and combine on this rank (0 without EP)."""
-        ep, m, cfg = self.cfg.expert_parallel, self.model, self.cfg
-        bandwidth = cfg.interconnect_bandwidth or self.hw.interconnect_bandwidth
-        if ep == 1 or bandwidth is None:  # no link named: checked by dp_scenario
-            return 0.0
-        latency = cfg.allreduce_latency_us
-        latency = (self.hw.allreduce_latency_us or 0.0) if latency is None else latency
-        k, nbytes = m.num_experts_per_tok or 1, m.dtype_bytes
-        return all_to_all_time(
-            tokens, m.hidden_size, ep, bandwidth, latency, top_k=k, bytes_per_element=nbytes
-        )
+    def _moe_time(self, tokens: int) -> float:
+        """All MoE layers of a step of ``tokens`` tokens on each DP rank alike."""
+        return 0.0 if self._experts is None else self._experts.time(tokens)
 
     def _sequence_times(self, seqs: np.ndarray) -> np.ndarray:
         """Per-sequence work of ``seqs`` sequences: the profiled operators, and the LM head's
@@ -204,6 +201,24 @@ class ProfiledCostModel(CostModel):
 
     def step_time(self, batch: Batch) -> float:
         """Seconds the step takes."""
+        return self._step(batch, None)
+
+    def step_time_in_dp(self, batch: Batch, tokens_across_dp: Sequence[int], rank: int) -> float:
+        """Seconds of DP rank ``rank``'s step when every rank ``i`` runs ``tokens_across_dp[i]``
+        tokens (vLLM's padded counts) through its token-parallel layers: those at this rank's
+        count, the MoE layers over all ranks' (``profiled_experts.py``), attention and the
+        per-sequence work of its own ``batch``."""
+        padded = tokens_across_dp[rank]
+        dense = self._dense_table
+        tokens = dense[padded] if padded < len(dense) else self._token_time(padded)
+        if padded >= len(dense):  # extrapolated: the balanced MoE is in there, take it out
+            tokens -= self._moe_time(padded)
+        if self._experts is not None:
+            tokens += self._experts.across_dp(tokens_across_dp, rank)
+        return self._step(batch, tokens)
+
+    def _step(self, batch: Batch, token_time: float | None) -> float:
+        """``step_time``, with the token-parallel layers' time given (None: looked up)."""
         new, ctx = batch.new_tokens, batch.context_lens
         num_seqs = len(new)
         tokens = sum(new)
@@ -211,13 +226,18 @@ class ProfiledCostModel(CostModel):
         if tokens == num_seqs:  # every sequence computes one token: a decode step
             context = sum(ctx)
             if skew is None or num_seqs < 2:
-                return self._decode_time(num_seqs, context)
+                if token_time is None:
+                    return self._decode_time(num_seqs, context)
+                attention = self._decode_attention(num_seqs, context / num_seqs, context)
+                return token_time + attention + self._sequence_time(num_seqs)
             mean = context / num_seqs
             longest = max(ctx)
             t_mean = self._decode_attention(num_seqs, mean, context)
             t_max = self._decode_attention(num_seqs, longest, longest * num_seqs)
             extra = self._skewed(0, 0, num_seqs, mean, longest, min(ctx), t_max - t_mean)
-            return self._token_time(tokens) + t_mean + extra + self._sequence_time(num_seqs)
+            if token_time is None:
+                token_time = self._token_time(tokens)
+            return token_time + t_mean + extra + self._sequence_time(num_seqs)
         # prefill chunks are few in a step: find them, and the decodes' sums by difference
         chunks = [(n, c) for n, c in zip(new, ctx, strict=True) if n != 1]
         nd = num_seqs - len(chunks)
@@ -231,7 +251,9 @@ class ProfiledCostModel(CostModel):
             if longest > mean:
                 gap = self._attention(pc, kvp, nd, longest, batch) - attention
                 attention += self._skewed(pc, kvp, nd, mean, longest, min(decodes), gap)
-        return self._token_time(tokens) + attention + self._sequence_time(num_seqs)
+        if token_time is None:
+            token_time = self._token_time(tokens)
+        return token_time + attention + self._sequence_time(num_seqs)
 
     def time_sums(self, sums: StepSums) -> float:
         """``step_time`` of a step with these sums when the skew correction is off (with it
@@ -355,35 +377,3 @@ _MLP_OPERATORS = ("gate_up_proj", "act_fn", "down_proj")
 def _layers_of(operator: str, model: ModelSpec) -> int:
     """Layers a per-layer operator runs in: all, but a dense MLP's only in the dense layers."""
     return model.num_dense_layers if operator in _MLP_OPERATORS else model.num_layers
-
-
-def _moe_table(profile: OperatorProfile, model: ModelSpec) -> MoeTable | None:
-    """The profile's MoE table when the model has experts; a mismatch either way -> error."""
-    if profile.moe is not None and not model.is_moe:
-        raise InputError(
-            f"cost_model.profile: {profile.source}: has moe.csv, but model {model.name} has no "
-            "experts (an MoE model's shape: num_experts, num_experts_per_tok, ...)"
-        )
-    if profile.moe is None and model.is_moe:
-        raise InputError(
-            f"cost_model.profile: {profile.source}: no moe.csv to price the experts of MoE "
-            f"model {model.name}"
-        )
-    return profile.moe
-
-
-def _check_shape(profile: OperatorProfile, model: ModelSpec) -> None:
-    """A profile that names its model's shape must match the model preset."""
-    want = {
-        "n_embd": model.hidden_size,
-        "n_head": model.num_heads,
-        "n_kv_head": model.num_kv_heads,
-        "n_expanded_embd": model.intermediate_size,
-        "vocab_size": model.vocab_size,
-    }
-    for key, value in profile.shape.items():
-        if key in want and want[key] != value:
-            raise InputError(
-                f"cost_model.profile: {profile.source}: {key} {value} does not match model "
-                f"{model.name} ({want[key]})"
-            )

@@ -7,10 +7,12 @@ constants at construction and walks the batch once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from simulator.cost.all_to_all import allgather_reducescatter_time
 from simulator.cost.batch import Batch, StepSums
 from simulator.cost.interface import CostModel
 from simulator.cost.presets import Dtype, HardwareSpec, ModelSpec
@@ -47,6 +49,11 @@ class RooflineCostConfig(BaseModel):
     their bytes at its size and their matmuls at the GPU's peak for it."""
     kv_dtype: Dtype | None = None
     """Dtype of the KV cache, overriding the model's (bytes per element)."""
+    expert_parallel: int = Field(default=1, ge=1)
+    """GPUs the routed experts are split over (set from ``parallel``: data-parallel ranks times
+    ``tp``): each GPU reads its experts the tokens of all DP ranks touch and computes their
+    top-k slots routed to it; each MoE layer adds the all-gather and reduce-scatter of the
+    ranks' tokens over ``interconnect_bandwidth`` (default: the hardware preset's)."""
 
 
 class RooflineCostModel(CostModel):
@@ -85,6 +92,8 @@ class RooflineCostModel(CostModel):
         self._comm_per_token, self._comm_fixed = self._allreduce_constants(cfg, model)
         # the plain dense step, or one with the MoE/MLA terms
         self._plain = self._moe is None and not model.is_mla
+        self._ep = self._expert_parallel(cfg, model, hw)
+        self._dp = max(1, cfg.expert_parallel // tp)
 
     @staticmethod
     def _allreduce_constants(cfg: RooflineCostConfig, model: ModelSpec) -> tuple[float, float]:
@@ -100,6 +109,57 @@ class RooflineCostModel(CostModel):
         bytes_per_token = num_allreduces * ring * model.hidden_size * model.dtype_bytes
         return bytes_per_token / cfg.interconnect_bandwidth, fixed
 
+    def _expert_parallel(
+        self, cfg: RooflineCostConfig, model: ModelSpec, hw: HardwareSpec
+    ) -> tuple[float, float, float | None] | None:
+        """Under EP: (FLOPs of one routed top-k slot, seconds per collective, link bytes/s)."""
+        if cfg.expert_parallel == 1 or not model.is_moe:
+            return None
+        model.experts_per_rank(cfg.expert_parallel)
+        link = cfg.interconnect_bandwidth or hw.interconnect_bandwidth
+        latency = (cfg.allreduce_latency_us or hw.allreduce_latency_us or 0.0) * 1e-6
+        slot_flops = 2.0 * model.num_moe_layers * model.expert_params
+        # the experts' FLOPs leave the per-token constant: they follow every rank's tokens
+        k = model.num_experts_per_tok or 1
+        self._mm_flops_per_token -= slot_flops * k / cfg.tp
+        return slot_flops, latency, link
+
+    def step_time_in_dp(self, batch: Batch, tokens_across_dp: Sequence[int], rank: int) -> float:
+        """Seconds of DP rank ``rank``'s step when rank ``i`` runs ``tokens_across_dp[i]``
+        tokens (vLLM's padded counts): its own attention and non-expert layers, the experts
+        over all ranks' tokens under EP (without EP the ranks are independent)."""
+        tokens, ctx, pairs, decode_pairs = self._sums(batch)
+        if self._ep is None:
+            return self._time(tokens, ctx, pairs, decode_pairs)
+        return self._ep_time(tokens_across_dp[rank], ctx, pairs, decode_pairs, tokens_across_dp)
+
+    def _ep_time(
+        self, tokens: int, ctx: int, pairs: int, decode_pairs: int, chunks: Sequence[int]
+    ) -> float:
+        """``_time`` under expert parallelism, rank ``i`` running ``chunks[i]`` tokens."""
+        assert self._ep is not None
+        slot_flops, latency, link = self._ep
+        m, ep = self.model, self.cfg.expert_parallel
+        total = sum(chunks)
+        slots = total * (m.num_experts_per_tok or 1) / ep  # routed to this GPU's experts
+        flops = self._mm_flops_per_token * tokens + self._attn_flops_per_pair * pairs
+        flops += self._decode_extra_flops * decode_pairs + slot_flops * slots
+        nbytes = self._weight_bytes + self._kv_bytes_per_token * (ctx + tokens)
+        nbytes += m.touched_expert_bytes(total, ep)
+        t_compute, t_memory = flops / self._compute_rate, nbytes / self._memory_rate
+        t = max(t_compute, t_memory) + self._comm_fixed + self._comm_per_token * tokens
+        if link is not None and len(chunks) > 1:
+            exchange = allgather_reducescatter_time(
+                chunks,
+                m.hidden_size,
+                link,
+                latency * 1e6,
+                top_k=m.num_experts_per_tok or 1,
+                bytes_per_element=m.dtype_bytes,
+            )
+            t += m.num_moe_layers * exchange
+        return t + self._overhead
+
     def _sums(self, batch: Batch) -> tuple[int, int, int, int]:
         """(new tokens, context tokens, causal query-key pairs, those of decodes) of the
         batch (the last only for MLA, whose decode pairs cost more)."""
@@ -110,12 +170,18 @@ class RooflineCostModel(CostModel):
         return sum(new), sum(ctx), batch.attention_pairs(), decode_pairs
 
     def step_time(self, batch: Batch) -> float:
-        """Seconds the step takes."""
+        """Seconds the step takes (under EP, every DP rank alike)."""
+        if self._ep is not None:
+            tokens, ctx, pairs, decode_pairs = self._sums(batch)
+            return self._ep_time(tokens, ctx, pairs, decode_pairs, [tokens] * self._dp)
         return self._time(*self._sums(batch))
 
     def time_sums(self, sums: StepSums) -> float:
         """Seconds of a step with these sums (the same arithmetic as ``step_time``)."""
         tokens, ctx, pairs = sums[2], sums[3], sums[5]
+        if self._ep is not None:
+            chunks = [tokens] * self._dp
+            return self._ep_time(tokens, ctx, pairs, sums[4] + sums[1], chunks)
         if not self._plain:
             # each decode sees its context and itself: decode pairs = decode_context + decodes
             return self._time(tokens, ctx, pairs, sums[4] + sums[1])

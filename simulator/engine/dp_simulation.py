@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from simulator.cost.interface import CostModel
+from simulator.engine.dp_padding import DPPadding
 from simulator.engine.lockstep import LockstepServer
 from simulator.engine.recorder import Recorder
 from simulator.engine.simulation import Simulation
@@ -26,6 +27,8 @@ class DataParallelSimulation(Simulation):
         *,
         step_sink: StepSink | None = None,
         progress: Callable[[int], object] | None = None,
+        padding: DPPadding | None = None,
+        with_cpu: Callable[[float, int], float] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(workload, cost_models[0], ranks[0], progress=progress, **kwargs)
@@ -39,4 +42,7 @@ class DataParallelSimulation(Simulation):
             self.recorder,
             progress=self._tick if self._watch is not None else progress,
             on_done=on_done,
+            padding=padding,
+            with_cpu=with_cpu,
+            async_scheduling=self.serving.async_scheduling,
         )

@@ -17,8 +17,14 @@ class ParallelConfig(BaseModel):
     """Data-parallel ranks (vLLM's ``data_parallel_size``); 1 is a plain single server."""
     enable_expert_parallel: bool = False
     """Split the routed experts over all ``data_parallel_size x tp`` GPUs (vLLM's
-    ``enable_expert_parallel``): each rank holds its share of them (more KV room) and each MoE
-    layer adds an all-to-all dispatch and combine."""
+    ``enable_expert_parallel``; ``profiled`` and ``roofline`` models, MoE models only): each
+    rank holds its share of them (more KV room), each GPU's experts work on every rank's
+    tokens, and each MoE layer adds the all-gather and reduce-scatter of those tokens."""
+    cuda_graphs: bool = True
+    """Pad the ranks' steps as vLLM does with CUDA graphs on (its default; off as with
+    ``enforce_eager``): each rank's token count to its CUDA-graph size and, when every rank
+    runs a graph, all ranks to the largest (``engine/dp_padding.py``). What the MoE layers of
+    a cost model that sees every rank's tokens (``profiled`` under EP) are priced at."""
 
     @property
     def is_data_parallel(self) -> bool:
