@@ -291,3 +291,30 @@ def test_autoscaling_replica_groups_is_refused_in_one_line(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "autoscaler: scales a count of identical replicas" in err
+
+
+# -- the scenario ----------------------------------------------------------------------------------
+
+
+def test_a_shortened_fleet_day_scales_up_for_the_peak_and_down_after(tmp_path: Path) -> None:
+    """scenarios/fleet-day.yaml with its day cut to 20 minutes at half the load."""
+    sets = {
+        "workload.num_requests": 10800,
+        "workload.arrival.diurnal.period_s": 1200,
+        "workload.arrival.diurnal.peak_at_s": 600,
+        "workload.arrival.diurnal.peak": 16,
+        "workload.arrival.diurnal.trough": 2,
+    }
+    args = [arg for k, v in sets.items() for arg in ("--set", f"{k}={v}")]
+    out = tmp_path / "out"
+    assert main(["run", "scenarios/fleet-day.yaml", *args, "--out", str(out)]) == 0
+    summary = yaml.safe_load((out / "summary.json").read_text())
+    table = pd.read_parquet(out / "fleet.parquet")
+    assert summary["num_finished"] == 10800
+    assert summary["replicas_peak"] >= 2
+    peak_at = table.loc[table["live"].idxmax(), "time_s"]
+    assert 300 < peak_at < 900  # around the peak of the day
+    assert live_at(table, 1150) == 1  # back to one replica at night
+    fixed = summary["replicas_peak"] * summary["duration_s"]  # a fleet sized for the peak
+    assert summary["gpu_seconds"] < 0.8 * fixed
+    assert (out / "plots" / "fleet.png").stat().st_size > 10_000

@@ -76,7 +76,7 @@ def write_result(
             steps = path if path.exists() else MemorySink().close()
         slo = getattr(result.scenario, "slo", None)  # a scenario without an SLO: None
         save_run_plots(result.requests, steps, folder / "plots", fmt=fmt, slo_ms=slo_ms(slo))
-        if result.replicas is not None and isinstance(steps, pd.DataFrame):
+        if result.replicas is not None and isinstance(steps, pd.DataFrame) and "replica" in steps:
             from simulator.plots.cluster import save_cluster_plots
 
             save_cluster_plots(result.requests, steps, folder / "plots", fmt=fmt)
