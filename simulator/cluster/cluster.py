@@ -133,7 +133,13 @@ class Cluster:
     ) -> Replica:
         """The next replica of group ``spec``: its scheduler, recorder and server."""
         k = len(self.replicas)
-        scheduler = make_scheduler(spec.scheduler, sample, sample_many)
+        # tokens are drawn only where a decode replica takes a prefill's first token with its
+        # KV; elsewhere they are counted (engine/tokens.py: the same tables, as a single
+        # server's run, without building each request's output)
+        if self.link is not None:
+            scheduler = make_scheduler(spec.scheduler, sample, sample_many)
+        else:
+            scheduler = make_scheduler(spec.scheduler)
         rec = self.records.recorder_for(scheduler.num_blocks, make_sink(steps, None))
         retire = None
         if spec.role == "prefill":
