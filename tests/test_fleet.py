@@ -318,3 +318,21 @@ def test_a_shortened_fleet_day_scales_up_for_the_peak_and_down_after(tmp_path: P
     fixed = summary["replicas_peak"] * summary["duration_s"]  # a fleet sized for the peak
     assert summary["gpu_seconds"] < 0.8 * fixed
     assert (out / "plots" / "fleet.png").stat().st_size > 10_000
+
+
+def test_a_request_that_fits_no_replica_is_rejected_once_while_the_fleet_scales() -> None:
+    for router in ("round_robin", "least_outstanding"):
+        cfg = fleet(router)
+        cfg["workload"]["num_requests"] = 2000
+        cfg["workload"]["prompt_len"] = {"dist": "uniform", "low": 16, "high": 120}
+        cfg["scheduler"]["num_blocks"] = 7  # 112 tokens: prompts over 92 never fit (+20 out)
+        cfg["scheduler"]["max_num_seqs"] = 50
+        cfg["cluster"]["autoscaler"].update(metric="demand", target=0.5)  # the queue grows
+        result = simulator.run(cfg)
+        req, rejected = result.requests, result.rejected
+        finished = req["status"] == "finished"
+        assert 0 < len(rejected) == (~finished).sum()
+        assert rejected["request_id"].is_unique
+        assert (finished | (req["status"] == "rejected")).all()
+        assert (req.loc[~finished, "replica"] == -1).all()
+        assert len(result.tables["replica_lifetimes"]) > 3  # it scaled meanwhile
