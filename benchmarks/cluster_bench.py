@@ -12,7 +12,13 @@ CPU time is what other processes disturb least), alternate cluster and shares, a
 best of ``--repeat``.
 
 Run by hand: ``.venv/bin/python benchmarks/cluster_bench.py [--repeat 3] [--replicas 1 4 16 64]``.
-Record results in benchmarks/README.md.
+
+``--day ROUTER [--day-requests N]``: instead, a simulated day through an autoscaled fleet
+(``day_scenario``: the issue workload's lengths and step times, 5 million requests arriving
+at a diurnal rate from 16 to 100 req/s, a target-utilization policy that wants 64 replicas at
+the peak, cold starts of 120 s); prints its CPU and wall seconds, the peak resident memory of
+this process and the fleet's figures. Run it in a process of its own (the memory is the
+process's peak). Record results in benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import time
 from typing import Any
 
 import numpy as np
-from engine_bench import ISSUE  # run as a script: benchmarks/ is on sys.path
+from engine_bench import ISSUE, VIDUR  # run as a script: benchmarks/ is on sys.path
 
 NUM_REQUESTS = 100_000
 RATE_PER_REPLICA = 20.0
@@ -55,7 +61,6 @@ def time_cluster(cfg: dict[str, Any]) -> tuple[float, Any]:
 def time_shares(cfg: dict[str, Any], replica: np.ndarray) -> float:
     """Summed CPU times of single-server runs of each replica's share."""
     from simulator.engine.simulation import Simulation
-    from simulator.engine.tokens import sample, sample_many
     from simulator.runner import build, resolve
     from simulator.scheduling import make_scheduler
     from simulator.workload.workload import Workload
@@ -68,19 +73,89 @@ def time_shares(cfg: dict[str, Any], replica: np.ndarray) -> float:
         share = Workload(
             workload.arrival_s[mine], workload.prompt_len[mine], workload.output_len[mine]
         )
-        sim = Simulation(share, cost_model, make_scheduler(resolved.scheduler, sample, sample_many))
+        # no sampler: tokens only counted, as in ``servesim run`` and the cluster's replicas
+        sim = Simulation(share, cost_model, make_scheduler(resolved.scheduler))
         start = time.process_time()
         sim.run()
         total += time.process_time() - start
     return total
 
 
+DAY_S = 86_400.0
+DAY_REQUESTS = 5_000_000
+
+
+def day_scenario(router: str, num_requests: int = DAY_REQUESTS) -> dict[str, Any]:
+    """The issue workload's lengths through a day of diurnal load on an autoscaled fleet of
+    replicas of a larger model (engine_bench.py's ``vidur`` step times: 40 ms + 0.5 ms per
+    sequence + 0.02 ms per token): the rate goes from 16 req/s at 02:00 to 100 req/s at
+    14:00 (``num_requests`` cut the day short); a policy holding each replica at 0.45 of 64
+    sequences asks for about 60 replicas at the peak (at most 64)."""
+    cfg = copy.deepcopy(ISSUE)
+    cfg["name"] = "bench-fleet-day"
+    cfg["cost_model"] = copy.deepcopy(VIDUR["cost_model"])
+    cfg["scheduler"]["max_num_seqs"] = 64
+    cfg["workload"]["num_requests"] = num_requests
+    cfg["workload"]["arrival"] = {
+        "process": "poisson",
+        "diurnal": {"peak": 100, "trough": 16, "period_s": DAY_S, "peak_at_s": 50_400},
+    }
+    cfg["cluster"] = {
+        "replicas": 8,
+        "router": router,
+        "autoscaler": {
+            "policy": "target_utilization",
+            "metric": "running",
+            "target": 0.45,
+            "interval_s": 30,
+            "metrics_delay_s": 15,
+            "window_s": 60,
+            "min_replicas": 1,
+            "max_replicas": 64,
+            "startup_s": 120,
+            "scale_down_stabilization_s": 300,
+            "scrape_interval_s": 5,
+            "cost_per_hour": 2.0,
+        },
+    }
+    return cfg
+
+
+def run_day(router: str, num_requests: int) -> None:
+    """Time one autoscaled day (``--steps none``: the step table is not kept) and print it."""
+    import resource
+
+    from simulator.cluster_scenario import build_cluster
+    from simulator.runner import build, resolve
+
+    resolved = resolve(day_scenario(router, num_requests))
+    workload, _ = build(resolved)
+    cluster = build_cluster(resolved, workload, None, None, True, steps="none")
+    cpu, wall = time.process_time(), time.perf_counter()
+    result = cluster.run()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+    s = result.summary
+    print(
+        f"{router} | {num_requests:,} | {s['duration_s'] / 3600:.1f} h | {s['num_steps']:,} | "
+        f"{s['replicas_peak']} | {s['replicas_live_mean']:.1f} | {cpu:.0f} s | {wall:.0f} s | "
+        f"{rss_gb:.2f} GB",
+        flush=True,
+    )
+
+
 def main() -> None:
-    """Print one row per replica count."""
+    """Print one row per replica count (or the autoscaled day's row)."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--replicas", type=int, nargs="*", default=[1, 4, 16, 64])
+    parser.add_argument("--day", metavar="ROUTER", default=None)
+    parser.add_argument("--day-requests", type=int, default=DAY_REQUESTS)
     args = parser.parse_args()
+    if args.day is not None:
+        print("router | requests | simulated | steps | peak | mean live | CPU | wall | peak RSS")
+        run_day(args.day, args.day_requests)
+        return
     print(
         "replicas | steps | round_robin s | least_outstanding s | sum of shares s | "
         "rr ratio | lo ratio"

@@ -4,6 +4,7 @@ per token filled in (so the saved scenario says what ran), then the replicas bui
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from simulator.cluster.cluster import Cluster
 from simulator.cluster.config import ClusterConfig, ReplicaGroup, replica_groups
@@ -11,7 +12,7 @@ from simulator.cluster.kv_link import KVLink
 from simulator.config import ScenarioConfig
 from simulator.cost import CostModelConfig, build_cost_model
 from simulator.cost.gpus import named_gpus
-from simulator.cost.presets import load_model
+from simulator.cost.presets import load_hardware, load_model
 from simulator.errors import InputError, in_field
 from simulator.scheduling.config import SchedulerConfig
 from simulator.workload.workload import Workload
@@ -57,7 +58,7 @@ def resolve_cluster(cfg: ScenarioConfig, blocks: NumBlocks) -> ClusterConfig:
         return cluster.model_copy(update={"replicas": groups})
     d = cluster.disaggregation
     if d is None:
-        return cluster
+        return _resolve_price(cfg, cluster)
     where = "cluster.disaggregation"
     link = d.kv_transfer
     if link.kv_bytes_per_token is None:
@@ -115,6 +116,16 @@ def build_cluster(
         assert kv.kv_bytes_per_token is not None, "resolve the scenario first"
         link = KVLink(kv.bandwidth_gbps * 1e9 / 8, kv.latency_ms * 1e-3)
         per_token = kv.kv_bytes_per_token
+    if cluster.autoscaler is not None:
+        return _autoscaled(
+            cfg,
+            workload,
+            slo=slo,
+            progress=progress,
+            fast_decode=fast_decode,
+            percentiles=cfg.metrics.percentiles,
+            steps=steps,
+        )
     return Cluster(
         workload,
         replica_groups(cluster, cfg.scheduler, cfg.cost_model),
@@ -129,4 +140,50 @@ def build_cluster(
         fast_decode=fast_decode,
         percentiles=cfg.metrics.percentiles,
         steps=steps,
+    )
+
+
+def _autoscaled(cfg: ScenarioConfig, workload: Workload, **options: Any) -> Cluster:
+    """An autoscaled fleet of ``cluster.replicas`` to start with."""
+    from simulator.cluster.fleet import AutoscaledCluster
+
+    cluster = cfg.cluster
+    assert cluster is not None and cluster.autoscaler is not None
+    (group,) = replica_groups(cluster, cfg.scheduler, cfg.cost_model)
+    gpus = named_gpus(cfg.cost_model)
+    weights = None
+    if gpus is not None:
+        weights = in_field(f"{gpus.where}model", load_model, gpus.model).weight_bytes
+    try:
+        startup = cluster.autoscaler.startup_seconds(weights)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    return AutoscaledCluster(
+        workload,
+        group,
+        cluster.router,
+        cfg.seed,
+        cluster.autoscaler,
+        startup,
+        gpus_per_replica=1 if gpus is None else gpus.tp,
+        cost_per_hour=cluster.autoscaler.cost_per_hour,
+        routing_delay_s=cluster.routing_delay_ms * 1e-3,
+        affinity_margin=cluster.affinity_margin,
+        **options,
+    )
+
+
+def _resolve_price(cfg: ScenarioConfig, cluster: ClusterConfig) -> ClusterConfig:
+    """An autoscaler's ``cost_per_hour`` from the hardware preset when not given."""
+    scaling = cluster.autoscaler
+    if scaling is None or scaling.cost_per_hour is not None:
+        return cluster
+    gpus = named_gpus(cfg.cost_model)
+    if gpus is None:
+        return cluster
+    price = in_field(f"{gpus.where}hardware", load_hardware, gpus.hardware).cost_per_hour
+    if price is None:
+        return cluster
+    return cluster.model_copy(
+        update={"autoscaler": scaling.model_copy(update={"cost_per_hour": price})}
     )

@@ -56,6 +56,13 @@ class AutoscalerConfig(BaseModel):
     scale_down_stabilization_s: float = Field(default=300.0, ge=0, allow_inf_nan=False)
     """A scale-down goes only as low as the highest recommendation of this many past seconds
     (HPA's default 300)."""
+    scrape_interval_s: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """How often each replica's gauges (running, waiting, KV use) are read, from time 0; the
+    window's averages are of these readings, each holding until the next (a scraper's
+    interval: finer is closer to the true time average, coarser runs faster)."""
+    cost_per_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Dollars per GPU-hour for ``cost_usd``; None: the hardware preset's ``cost_per_hour``
+    (filled in the saved scenario; no cost without either)."""
 
     @field_validator("policy")
     @classmethod

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable
+from typing import ClassVar
 
 import numpy as np
 import simpy
@@ -37,6 +38,7 @@ from simulator.cluster.router import Request, Router, prefix_keys
 from simulator.cluster.routers import make_router
 from simulator.cluster.tables import ClusterRecords, cluster_result
 from simulator.cost import build_cost_model
+from simulator.cost.interface import CostModel
 from simulator.engine.clock import sleep_until
 from simulator.engine.result import SimulationResult
 from simulator.engine.server import Server
@@ -54,6 +56,10 @@ INF = math.inf
 class Cluster:
     """One run of a workload through a cluster; results like a ``Simulation``'s, plus the
     replica of each request and step and a table of per-replica figures."""
+
+    resizes: ClassVar[bool] = False
+    """Whether replicas come and go during the run (an autoscaled fleet): a state-reading
+    router then routes at each routing instant even behind one replica."""
 
     def __init__(
         self,
@@ -84,7 +90,7 @@ class Cluster:
         self.decode_router = make_router(router, np.random.default_rng(streams[2]), affinity_margin)
         self.routing_delay_s = routing_delay_s
         num_entry = sum(g.count for g in groups if g.role != "decode")
-        self.by_state = self.router.reads_state and num_entry > 1
+        self.by_state = self.router.reads_state and (num_entry > 1 or self.resizes)
         """Route at each routing instant (the router reads state) rather than up front."""
         num_replicas = sum(g.count for g in groups)
         self._next_at = [INF] * num_replicas  # per replica: its next request's instant
@@ -115,27 +121,44 @@ class Cluster:
         except InputError as err:
             raise InputError(f"{spec.field}.{err}") from None
         for _ in range(spec.count):
-            k = len(self.replicas)
+            self.replicas.append(self._replica(spec, cost, progress, fast_decode, steps))
+
+    def _replica(
+        self,
+        spec: GroupSpec,
+        cost: CostModel,
+        progress: Callable[[int], object] | None,
+        fast_decode: bool,
+        steps: str,
+    ) -> Replica:
+        """The next replica of group ``spec``: its scheduler, recorder and server."""
+        k = len(self.replicas)
+        # tokens are drawn only where a decode replica takes a prefill's first token with its
+        # KV; elsewhere they are counted (engine/tokens.py: the same tables, as a single
+        # server's run, without building each request's output)
+        if self.link is not None:
             scheduler = make_scheduler(spec.scheduler, sample, sample_many)
-            rec = self.records.recorder_for(scheduler.num_blocks, make_sink(steps, None))
-            retire = None
-            if spec.role == "prefill":
-                retire = self._prefill_retire(k)
-            elif self.by_state or self.decode_router.reads_state and spec.role == "decode":
-                retire = self._counting_retire(k)
-            server = Server(
-                self.env,
-                scheduler,
-                cost,
-                rec,
-                next_arrival=self._bound(k, spec.role),
-                retire=retire,
-                progress=progress,
-                # a prefill replica hands each finished prompt on at the clock's instant (its
-                # transfer starts then), so its steps must not run ahead of the clock
-                fast_decode=fast_decode and spec.role != "prefill",
-            )
-            self.replicas.append(Replica(k, spec.name, spec.role, server))
+        else:
+            scheduler = make_scheduler(spec.scheduler)
+        rec = self.records.recorder_for(scheduler.num_blocks, make_sink(steps, None))
+        retire = None
+        if spec.role == "prefill":
+            retire = self._prefill_retire(k)
+        elif self.by_state or self.decode_router.reads_state and spec.role == "decode":
+            retire = self._counting_retire(k)
+        server = Server(
+            self.env,
+            scheduler,
+            cost,
+            rec,
+            next_arrival=self._bound(k, spec.role),
+            retire=retire,
+            progress=progress,
+            # a prefill replica hands each finished prompt on at the clock's instant (its
+            # transfer starts then), so its steps must not run ahead of the clock
+            fast_decode=fast_decode and spec.role != "prefill",
+        )
+        return Replica(k, spec.name, spec.role, server)
 
     # -- what bounds a replica's deferred decode steps -------------------------------------
 

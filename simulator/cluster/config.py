@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from simulator.cluster.autoscaler import AutoscalerConfig
 from simulator.cost import CostModelConfig
 from simulator.scheduling.config import SchedulerConfig
 
@@ -72,6 +73,9 @@ class ClusterConfig(_Model):
     replica with the longest cached prefix may have and still be chosen."""
     disaggregation: DisaggregationConfig | None = None
     """Separate prefill and decode replicas (instead of ``replicas``)."""
+    autoscaler: AutoscalerConfig | None = None
+    """Scale a count of identical replicas to the load (docs/autoscaling.md); ``replicas``
+    is the initial count. None: a fixed fleet."""
 
     @field_validator("replicas")
     @classmethod
@@ -95,6 +99,13 @@ class ClusterConfig(_Model):
             raise ValueError("no replica: set replicas (a count or groups) or disaggregation")
         if self.replicas is not None and self.disaggregation is not None:
             raise ValueError("replicas and disaggregation exclude each other")
+        if self.autoscaler is not None:
+            if not isinstance(self.replicas, int):
+                raise ValueError(
+                    "autoscaler: scales a count of identical replicas (cluster.replicas: N), "
+                    "not replica groups or disaggregation yet"
+                )
+            self.autoscaler.check_initial(self.replicas)
         return self
 
 

@@ -30,5 +30,8 @@ class SimulationResult:
     scenario: BaseModel | None = None
     """The resolved scenario that produced this result (a ``ScenarioConfig``: the engine
     does not import the scenario, which names the engine's parts)."""
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    """More tables by name, each written as ``<name>.parquet`` (an autoscaled fleet's
+    ``fleet`` and ``replica_lifetimes``)."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Room for run metadata (wall time, version)."""

@@ -52,6 +52,8 @@ def write_result(
         result.steps.to_parquet(folder / "steps.parquet", index=False)
     if result.replicas is not None:
         result.replicas.to_parquet(folder / "replicas.parquet", index=False)
+    for name, table in result.tables.items():
+        table.to_parquet(folder / f"{name}.parquet", index=False)
     if len(result.rejected):
         result.rejected.to_csv(folder / "rejected.csv", index=False)
     summary = dict(result.summary)
@@ -74,10 +76,14 @@ def write_result(
             steps = path if path.exists() else MemorySink().close()
         slo = getattr(result.scenario, "slo", None)  # a scenario without an SLO: None
         save_run_plots(result.requests, steps, folder / "plots", fmt=fmt, slo_ms=slo_ms(slo))
-        if result.replicas is not None and isinstance(steps, pd.DataFrame):
+        if result.replicas is not None and isinstance(steps, pd.DataFrame) and "replica" in steps:
             from simulator.plots.cluster import save_cluster_plots
 
             save_cluster_plots(result.requests, steps, folder / "plots", fmt=fmt)
+        if "fleet" in result.tables:
+            from simulator.plots.fleet import save_fleet_plots
+
+            save_fleet_plots(result.requests, result.tables["fleet"], folder / "plots", fmt=fmt)
 
 
 def slo_ms(slo: Any) -> dict[str, float]:
