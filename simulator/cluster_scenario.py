@@ -129,4 +129,5 @@ def build_cluster(
         fast_decode=fast_decode,
         percentiles=cfg.metrics.percentiles,
         steps=steps,
+        shared_kv=cluster.shared_kv,
     )

@@ -30,11 +30,12 @@ from collections.abc import Callable, Hashable
 import numpy as np
 import simpy
 
-from simulator.cluster.config import GroupSpec
+from simulator.cluster.config import GroupSpec, SharedKVConfig
 from simulator.cluster.kv_link import KVLink
 from simulator.cluster.replica import Replica
 from simulator.cluster.router import Request, Router, prefix_keys
 from simulator.cluster.routers import make_router
+from simulator.cluster.shared_tier import SharedTier
 from simulator.cluster.tables import ClusterRecords, cluster_result
 from simulator.cost import build_cost_model
 from simulator.engine.clock import sleep_until
@@ -71,8 +72,13 @@ class Cluster:
         fast_decode: bool = True,
         percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
         steps: str = "full",
+        shared_kv: SharedKVConfig | None = None,
     ) -> None:
         self.workload, self.slo, self.link = workload, slo, link
+        # the fleet's shared KV tier (``shared_tier.py``), below every replica's GPU KV
+        self.shared = (
+            None if shared_kv is None else SharedTier(shared_kv, groups[0].scheduler.block_size)
+        )
         self.kv_bytes_per_token = kv_bytes_per_token
         self.percentiles = percentiles
         self.env = simpy.Environment()
@@ -117,6 +123,11 @@ class Cluster:
         for _ in range(spec.count):
             k = len(self.replicas)
             scheduler = make_scheduler(spec.scheduler, sample, sample_many)
+            if self.shared is not None:
+                try:
+                    self.shared.attach(scheduler, f"{spec.field}.scheduler")
+                except ValueError as err:
+                    raise InputError(f"cluster.shared_kv: {err}") from None
             rec = self.records.recorder_for(scheduler.num_blocks, make_sink(steps, None))
             retire = None
             if spec.role == "prefill":
@@ -256,9 +267,12 @@ class Cluster:
     def _request(self, i: int, router: Router) -> Request:
         rec, runs = self.records, self.workload.prompt_runs
         prefix: tuple[Hashable, ...] = ()
+        shared = 0
         if router.uses_prefix and runs is not None:
             prefix = prefix_keys(runs.runs(i), self.entry[0].server.block_size)
-        return Request(i, rec.arrival_s[i], rec.prompt_len[i], rec.output_len[i], prefix)
+            if self.shared is not None:  # the router may ask the shared tier what it holds
+                shared = self.shared.prefix_blocks(self._sequence(i, 1))
+        return Request(i, rec.arrival_s[i], rec.prompt_len[i], rec.output_len[i], prefix, shared)
 
     def _share(self, r: Replica, items: list[tuple[float, int]]) -> simpy.events.ProcessGenerator:
         """Replica ``r``'s requests, routed up front, as a single server's arrivals."""

@@ -53,6 +53,28 @@ class DisaggregationConfig(_Model):
     """The link between them."""
 
 
+class SharedKVConfig(_Model):
+    """A KV tier the whole fleet shares (an LMCache server, a Mooncake store): every replica
+    writes the blocks it computes to it and loads prefixes from it, and ``prefix_affinity``
+    knows what it holds (docs/kv-offload.md)."""
+
+    size_gb: float = Field(ge=0, allow_inf_nan=False)
+    """Memory of the store for KV blocks, GB (1e9 bytes). 0: no block fits."""
+    bandwidth_gb_s: float = Field(gt=0, allow_inf_nan=False)
+    """Bandwidth of each replica's loads from the store, GB/s (its NIC: 400 Gb/s is 50 GB/s);
+    each replica has its own link."""
+    latency_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Fixed time of each load on top of bytes / bandwidth, s (a network round trip and the
+    store's lookup)."""
+    host_memory_gb: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Memory of the machines the store runs on, GB, which it must fit in; omit for the
+    fleet's own hosts (a Mooncake store pools them): the sum over replicas of their host
+    memory less their CPU tiers."""
+    kv_bytes_per_token: int | None = Field(default=None, ge=1)
+    """KV bytes of one token over all layers; omit to take it from the scenario's
+    ``scheduler.kv_offload`` or its cost model's model preset."""
+
+
 class ClusterConfig(_Model):
     """Replicas behind a router on one simulated clock."""
 
@@ -72,6 +94,8 @@ class ClusterConfig(_Model):
     replica with the longest cached prefix may have and still be chosen."""
     disaggregation: DisaggregationConfig | None = None
     """Separate prefill and decode replicas (instead of ``replicas``)."""
+    shared_kv: SharedKVConfig | None = None
+    """A KV tier shared by every replica, below their GPU KV and CPU tiers; None: none."""
 
     @field_validator("replicas")
     @classmethod
@@ -95,6 +119,8 @@ class ClusterConfig(_Model):
             raise ValueError("no replica: set replicas (a count or groups) or disaggregation")
         if self.replicas is not None and self.disaggregation is not None:
             raise ValueError("replicas and disaggregation exclude each other")
+        if self.shared_kv is not None and self.disaggregation is not None:
+            raise ValueError("shared_kv is not simulated with disaggregation yet")
         return self
 
 

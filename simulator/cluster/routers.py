@@ -80,7 +80,10 @@ class PrefixAffinity(Router):
     """The replica that has served the longest prefix of the request, unless it has more
     than ``affinity_margin`` requests in flight above the least loaded one; then the least
     loaded. Which replica holds which prefix is the router's own index of the prefixes it
-    sent where (as llm-d's approximate prefix scorer keeps), keyed by ``Request.prefix``."""
+    sent where (as llm-d's approximate prefix scorer keeps), keyed by ``Request.prefix``.
+    When the fleet's shared KV tier holds as much of the prefix (``Request.shared_blocks``),
+    any replica can load it from there: the holder is then chosen only if no other has fewer
+    requests in flight (a margin of 0)."""
 
     uses_prefix = True
 
@@ -93,16 +96,15 @@ class PrefixAffinity(Router):
         least = min(replicas, key=lambda r: r.num_outstanding)
         by_index = {r.index: r for r in replicas}
         best: Replica | None = None
+        depth = 0
         for key in request.prefix:  # keys chain, so the deepest hit is the longest prefix
             holder = by_index.get(self._holder.get(key, -1))
             if holder is None:
                 break
-            best = holder
+            best, depth = holder, depth + 1
+        margin = 0 if 0 < depth <= request.shared_blocks else self.affinity_margin
         pick = least
-        if (
-            best is not None
-            and best.num_outstanding <= least.num_outstanding + self.affinity_margin
-        ):
+        if best is not None and best.num_outstanding <= least.num_outstanding + margin:
             pick = best
         for key in request.prefix:
             self._holder[key] = pick.index

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from simulator.scheduling.config import POLICIES, SchedulerConfig
 from simulator.scheduling.interface import ManySampler, Sampler, Scheduler, StepPlan
+from simulator.scheduling.kv_tier import KVTier
 from simulator.scheduling.sequence import Sequence, SequenceStatus
 from simulator.scheduling.step_scheduler import PRESETS, StepScheduler
 
@@ -39,7 +40,7 @@ def make_scheduler(
     if not issubclass(policy, StepScheduler):
         return policy(cfg, sample, sample_many)  # type: ignore[call-arg]
     assert cfg.num_blocks is not None, "resolve the scenario first (num_blocks)"
-    return policy(
+    scheduler = policy(
         cfg.num_blocks,
         cfg.block_size,
         cfg.max_num_seqs,
@@ -53,3 +54,10 @@ def make_scheduler(
         long_prefill_token_threshold=cfg.long_prefill_token_threshold,
         priority=cfg.priority_policy == "priority",
     )
+    off = cfg.kv_offload
+    if off is not None and off.cpu is not None:
+        assert off.kv_bytes_per_token is not None, "resolve the scenario first (KV bytes)"
+        block_bytes = off.kv_bytes_per_token * cfg.block_size
+        tier = KVTier("cpu", int(off.cpu.size_gb * 1e9 // block_bytes))
+        scheduler.attach_tier(tier, block_bytes, off.cpu.bandwidth_gb_s * 1e9, off.cpu.latency_s)
+    return scheduler

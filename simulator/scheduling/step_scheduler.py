@@ -32,6 +32,7 @@ from simulator.scheduling.interface import ManySampler, Sampler, Scheduler, Step
 from simulator.scheduling.kv_manager import KVManager
 from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
 from simulator.scheduling.sequence import Sequence, SequenceStatus
+from simulator.scheduling.tier_loads import TierLoads
 
 PRESETS: dict[str, dict[str, bool]] = {
     "spec": {},
@@ -52,7 +53,7 @@ def positive(name: str, value: int) -> int:
     return value
 
 
-class StepScheduler(FastSteps, Scheduler):
+class StepScheduler(TierLoads, FastSteps, Scheduler):
     """The one scheduler; its policy is the flags it is built with."""
 
     def __init__(
@@ -115,6 +116,7 @@ class StepScheduler(FastSteps, Scheduler):
         self._fast_plan: StepPlan | None = None
         self._sampled: list[Sequence] = []
         self._memo = None
+        self._loading: set[Sequence] = set()  # holding blocks while their KV loads from a tier
 
     @classmethod
     def vllm_v1(cls, *args: Any, **flags: Any) -> StepScheduler:
@@ -154,8 +156,8 @@ class StepScheduler(FastSteps, Scheduler):
 
     @property
     def num_waiting(self) -> int:
-        """Sequences waiting for admission."""
-        return len(self.waiting)
+        """Sequences waiting for admission (those whose KV loads from a tier included)."""
+        return len(self.waiting) + len(self._loading)
 
     @property
     def num_preemptions(self) -> int:
@@ -310,10 +312,18 @@ class StepScheduler(FastSteps, Scheduler):
         blocks everybody behind it)."""
         waiting, running, blocks = self.waiting, self._running, self.blocks
         caching, reserve = blocks.caching, self.reserve_full_isl
+        offload = blocks.offload
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             seq = waiting[0]
-            hits = self._lookup(seq) if caching else []
-            start = len(hits) * blocks.block_size if caching else seq.num_computed
+            # a sequence back from a tier load holds its blocks and starts after them
+            hits = self._lookup(seq) if caching and not seq.num_computed else []
+            if offload is not None and not seq.num_computed:
+                held = self._hold_for_load(seq, hits, plan)
+                if held is not None:
+                    if not held:
+                        break
+                    continue
+            start = len(hits) * blocks.block_size if hits else seq.num_computed
             n = seq.num_tokens - start
             if 0 < cap < n:
                 n = cap
