@@ -34,7 +34,7 @@ from simulator.cluster.config import GroupSpec, SharedKVConfig
 from simulator.cluster.kv_link import KVLink
 from simulator.cluster.replica import Replica
 from simulator.cluster.router import Request, Router, prefix_keys
-from simulator.cluster.routers import make_router
+from simulator.cluster.routers import PrefixAffinity, make_router
 from simulator.cluster.shared_tier import SharedTier
 from simulator.cluster.tables import ClusterRecords, cluster_result
 from simulator.cost import build_cost_model
@@ -89,6 +89,9 @@ class Cluster:
         self.router = make_router(router, np.random.default_rng(streams[1]), affinity_margin)
         self.decode_router = make_router(router, np.random.default_rng(streams[2]), affinity_margin)
         self.routing_delay_s = routing_delay_s
+        for router_ in (self.router, self.decode_router):
+            if isinstance(router_, PrefixAffinity) and shared_kv is not None:
+                router_.shared_margin = shared_kv.affinity_margin  # it asks the shared tier
         num_entry = sum(g.count for g in groups if g.role != "decode")
         self.by_state = self.router.reads_state and num_entry > 1
         """Route at each routing instant (the router reads state) rather than up front."""

@@ -73,6 +73,11 @@ class SharedKVConfig(_Model):
     kv_bytes_per_token: int | None = Field(default=None, ge=1)
     """KV bytes of one token over all layers; omit to take it from the scenario's
     ``scheduler.kv_offload`` or its cost model's model preset."""
+    affinity_margin: int | None = Field(default=None, ge=0)
+    """``prefix_affinity``: the load margin for a request whose prefix the shared tier holds
+    as deep as the replica that served it (any replica can load it); None: the cluster's
+    ``affinity_margin``. 0 balances load first; on ``multi-turn-offload.yaml`` it trades GPU
+    hits for slower shared loads and raises mean TTFT (docs/kv-offload.md)."""
 
 
 class ClusterConfig(_Model):

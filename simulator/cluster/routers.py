@@ -82,14 +82,17 @@ class PrefixAffinity(Router):
     loaded. Which replica holds which prefix is the router's own index of the prefixes it
     sent where (as llm-d's approximate prefix scorer keeps), keyed by ``Request.prefix``.
     When the fleet's shared KV tier holds as much of the prefix (``Request.shared_blocks``),
-    any replica can load it from there: the holder is then chosen only if no other has fewer
-    requests in flight (a margin of 0)."""
+    any replica can load it from there, and ``shared_margin`` (if set) is the margin instead:
+    0 sends the request to the holder only when no other replica has fewer in flight."""
 
     uses_prefix = True
 
     def __init__(self, rng: np.random.Generator, affinity_margin: int = 0) -> None:
         super().__init__(rng, affinity_margin)
         self._holder: dict[Hashable, int] = {}  # prefix key -> replica that got it last
+        self.shared_margin: int | None = None
+        """The margin for a request whose prefix the shared KV tier holds as deep as its
+        holder does (``cluster.shared_kv.affinity_margin``); None: ``affinity_margin``."""
 
     def choose(self, request: Request, replicas: Sequence[Replica]) -> Replica:
         """Cache affinity within the load margin."""
@@ -102,7 +105,9 @@ class PrefixAffinity(Router):
             if holder is None:
                 break
             best, depth = holder, depth + 1
-        margin = 0 if 0 < depth <= request.shared_blocks else self.affinity_margin
+        margin = self.affinity_margin
+        if self.shared_margin is not None and 0 < depth <= request.shared_blocks:
+            margin = self.shared_margin
         pick = least
         if best is not None and best.num_outstanding <= least.num_outstanding + margin:
             pick = best
