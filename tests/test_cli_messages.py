@@ -171,7 +171,7 @@ def test_not_modeled_page_is_linked_and_names_what_is_missing() -> None:
     for loc in [(), ("scheduler",), ("serving",), ("cluster",), ("workload",), ("cost_model",)]:
         keys |= fields_at(ScenarioConfig, loc, {})
     for absent in ("num_experts", "data_parallel", "pipeline_parallel",
-                   "speculative", "num_speculative_tokens", "kv_offload", "autoscale",
+                   "speculative", "num_speculative_tokens", "autoscale",
                    "kv_cache_dtype", "lora"):  # fmt: skip
         assert absent not in keys, f"{absent} exists now: update docs/not-modeled.md"
     assert "async_scheduling" in keys  # modelled as overlap only, as the page says

@@ -250,6 +250,8 @@ class KVManager:
 
     def loaded(self, seq: Sequence) -> None:
         """The load of a held ``seq`` ended: its blocks are all full, and cached."""
+        assert self.offload is not None
+        self.offload.loaded(seq, self.cached.get(seq, 0), seq.num_blocks)
         self.cache_full(seq, seq.num_blocks * self.block_size)
 
     def _register(self, pool: BlockPool, seq: Sequence, full: list[int]) -> None:

@@ -25,7 +25,7 @@ TIER_NAMES = ("cpu", "shared")
 class Offload:
     """The tiers of one replica and the bytes moved since last taken."""
 
-    __slots__ = ("bytes_per_block", "tiers", "links", "stored", "moved")
+    __slots__ = ("bytes_per_block", "tiers", "links", "stored", "moved", "loading")
 
     def __init__(self, bytes_per_block: int) -> None:
         if bytes_per_block <= 0:
@@ -38,6 +38,9 @@ class Offload:
         """Per tier: (bytes per second, seconds of latency per load) of its link to the GPU."""
         self.stored: dict[Sequence, int] = {}
         """Per sequence: how many of its first blocks were offered to the tiers (or loaded)."""
+        self.loading: dict[int, int] = {}
+        """Blocks being loaded now (hash -> loads carrying it): vLLM delays a request whose
+        hit includes one (``_blocks_being_loaded``), rather than load it twice."""
         self.moved = [0] * (2 * len(TIER_NAMES))
         """Bytes stored to and loaded from each tier since ``take_moved``: (cpu store, cpu
         load, shared store, shared load)."""
@@ -79,14 +82,30 @@ class Offload:
                 self.moved[2 * t] += tier.store(new) * self.bytes_per_block
                 tier.touch(hashes[:full])
 
+    def in_flight(self, hashes: list[int]) -> bool:
+        """Whether a load in progress carries any of ``hashes``."""
+        loading = self.loading
+        return bool(loading) and any(h in loading for h in hashes)
+
     def load(self, seq: Sequence, counts: list[int], upto: int) -> list[int]:
         """``seq`` loads ``counts`` blocks from each tier, ending at its ``upto``-th block:
         count the bytes, never offer those blocks back; returns the bytes per tier."""
         self.stored[seq] = max(self.stored.get(seq, 0), upto)
+        loading = self.loading
+        for h in seq.block_hashes[upto - sum(counts) : upto]:
+            loading[h] = loading.get(h, 0) + 1
         nbytes = [k * self.bytes_per_block for k in counts]
         for t, b in enumerate(nbytes):
             self.moved[2 * t + 1] += b
         return nbytes
+
+    def loaded(self, seq: Sequence, lo: int, hi: int) -> None:
+        """The load of blocks ``lo..hi-1`` of ``seq`` ended."""
+        loading = self.loading
+        for h in seq.block_hashes[lo:hi]:
+            left = loading.pop(h) - 1
+            if left:
+                loading[h] = left
 
     def forget(self, seq: Sequence) -> None:
         """``seq`` finished: drop its bookkeeping."""

@@ -19,9 +19,8 @@ class CPUTierConfig(_Model):
     ``cpu_bytes_to_use``); blocks of ``kv_bytes_per_token`` x ``block_size`` bytes. 0: no
     block fits, and the run is the run without the tier."""
     bandwidth_gb_s: float = Field(gt=0, allow_inf_nan=False)
-    """Bandwidth of the host-to-GPU copies that load blocks back, GB/s: PCIe 5.0 x16 carries
-    64 GB/s each way in theory; vLLM's offloading blog measures transfers near 50 GB/s on H100
-    (docs/kv-offload.md)."""
+    """Bandwidth of the host-to-GPU copies that load blocks back, GB/s (an H100's PCIe 5.0
+    x16 link carries 64 GB/s each way at most; copies achieve less)."""
     latency_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """Fixed time of each load on top of bytes / bandwidth, s."""
     host_memory_gb: float | None = Field(default=None, gt=0, allow_inf_nan=False)

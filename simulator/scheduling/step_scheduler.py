@@ -107,8 +107,7 @@ class StepScheduler(TierLoads, FastSteps, Scheduler):
         self._running: list[Sequence] = []
         self.finished: list[Sequence] = []
         """Finished sequences, in finishing order (only with ``keep_finished``)."""
-        self._num_preemptions = 0
-        self._num_added = 0
+        self._num_preemptions = self._num_added = 0
         self._known: set[Hashable] = set()
         self._plan: StepPlan | None = None
         self._run: DecodeRun | None = None

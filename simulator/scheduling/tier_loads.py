@@ -67,11 +67,13 @@ class TierLoads:
         num = sum(counts)
         if not num:
             return None
+        assert blocks.offload is not None
+        if blocks.offload.in_flight(seq.block_hashes[len(hits) : len(hits) + num]):
+            return False  # wait for that load, then hit its blocks in GPU KV (as vLLM delays)
         if not blocks.hold(seq, hits, num):
             return False
         self.waiting.pop()
         self._loading.add(seq)
-        assert blocks.offload is not None
         nbytes = blocks.offload.load(seq, counts, seq.num_blocks)
         bs = blocks.block_size
         load = TierLoad(seq, [k * bs for k in counts], nbytes)
