@@ -98,6 +98,29 @@ def test_a_prefix_evicted_from_gpu_is_loaded_from_the_cpu_tier_before_it_is_sche
     assert again.num_cached_tokens == 20
 
 
+def test_a_hit_on_blocks_another_load_carries_waits_for_it_then_hits_gpu() -> None:
+    sched = StepScheduler.vllm_v1(16, 4, 4, 64)
+    sched.attach_tier(KVTier("cpu", 100), 1000, 1e6, 0.0)
+    sched.add(Sequence(0, 20, 1, prompt_runs=((7, 20),)))
+    sched.schedule()
+    sched.update()
+    sched.add(Sequence(1, 63, 1))  # evicts the prefix from GPU KV (16 blocks)
+    sched.schedule()
+    sched.update()
+    a = Sequence(2, 21, 1, prompt_runs=((7, 20), (8, 1)))
+    b = Sequence(3, 22, 1, prompt_runs=((7, 20), (9, 2)))
+    sched.add(a)
+    sched.add(b)
+    plan = sched.schedule()
+    assert [load.seq for load in plan.loads] == [a]  # b waits: its blocks are on the way
+    sched.update()
+    sched.take_kv_moved()
+    sched.finish_load(a)
+    plan = sched.schedule()
+    assert plan.seqs == [a, b] and plan.context_lens == [20, 20]  # b hit them in GPU KV
+    assert plan.loads == () and sched.take_kv_moved()[1] == 0
+
+
 def test_tiers_need_prefix_caching() -> None:
     with pytest.raises(ValueError, match="prefix caching"):
         StepScheduler(8, 4, 4, 64).attach_tier(KVTier("cpu", 1), 1, 1.0, 0.0)
@@ -120,6 +143,7 @@ def test_each_tier_raises_the_hit_rate_and_lowers_mean_ttft(
     three_fleets: dict[str, SimulationResult],
 ) -> None:
     s = {k: r.summary for k, r in three_fleets.items()}
+    assert all(v["num_finished"] == v["num_requests"] == 700 for v in s.values())
     hit = {k: v["prefix_cache_hit_rate"] for k, v in s.items()}
     ttft = {k: v["ttft_mean_s"] for k, v in s.items()}
     assert hit["none"] < hit["cpu"] < hit["shared"]
