@@ -275,3 +275,32 @@ def test_a_gpu_without_a_known_machine_needs_its_host_memory(
         )
     )
     assert main(["validate", str(path)]) == 0
+
+
+def test_a_cpu_hit_is_scheduled_when_its_load_over_the_link_ends() -> None:
+    from simulator.cost.linear import LinearCostConfig, LinearCostModel
+    from simulator.engine.simulation import Simulation
+    from simulator.workload.prompt_runs import PromptRuns
+    from simulator.workload.workload import Workload
+
+    # request 0 computes a 64-token prefix, request 1 (its own 120 tokens) evicts it from
+    # GPU KV, request 2 repeats it and finds its 4 blocks in the CPU tier, idle server
+    runs = PromptRuns.from_lists([[(0, 64)], [(1, 120)], [(0, 64), (2, 8)]])
+    work = Workload(
+        arrival_s=np.array([0.0, 1.0, 2.0]),
+        prompt_len=np.array([64, 120, 72]),
+        output_len=np.array([1, 1, 1]),
+        prompt_runs=runs,
+    )
+    sched = StepScheduler.vllm_v1(8, 16, 4, 256)
+    bandwidth, latency, block_bytes = 1e6, 0.25, 50_000
+    sched.attach_tier(KVTier("cpu", 100), block_bytes, bandwidth, latency)
+    cost = LinearCostModel(LinearCostConfig(base_ms=10, per_token_ms=0.1))
+    result = Simulation(work, cost, sched).run()
+    req = result.requests.set_index("request_id")
+    load_s = 4 * block_bytes / bandwidth + latency  # 0.45 s
+    assert req.loc[2, "first_scheduled_s"] == pytest.approx(2.0 + load_s, abs=1e-12)
+    assert req.loc[2, "num_cached_tokens"] == 64
+    assert result.summary["cpu_hit_rate"] == pytest.approx(64 / (64 + 120 + 72))
+    steps = result.steps
+    assert int(steps["cpu_load_bytes"].sum()) == 4 * block_bytes
