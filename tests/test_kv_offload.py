@@ -304,3 +304,55 @@ def test_a_cpu_hit_is_scheduled_when_its_load_over_the_link_ends() -> None:
     assert result.summary["cpu_hit_rate"] == pytest.approx(64 / (64 + 120 + 72))
     steps = result.steps
     assert int(steps["cpu_load_bytes"].sum()) == 4 * block_bytes
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_blocks_stay_accounted_for_while_loads_come_and_go(seed: int) -> None:
+    from tests.scheduler_helpers import check_block_invariants
+
+    rng = np.random.default_rng(seed)
+    sched = StepScheduler.vllm_v1(24, 4, 4, 32)
+    sched.attach_tier(KVTier("cpu", int(rng.integers(24, 60))), 100, 1.0, 0.0)
+    # conversations: each turn repeats its conversation's previous prompt and a new piece
+    turns: list[Sequence] = []
+    prompts: dict[int, list[tuple[int, int]]] = {}
+    for i in range(40):
+        conv = int(rng.integers(0, 4))
+        before = prompts.get(conv, [])
+        if sum(n for _, n in before) > 60:  # a new conversation: prompts stay within the cache
+            before = []
+        runs = [*(before or [(100 + conv, 8)]), (i, int(rng.integers(1, 12)))]
+        prompts[conv] = runs
+        turns.append(
+            Sequence(i, sum(n for _, n in runs), int(rng.integers(1, 6)), prompt_runs=tuple(runs))
+        )
+    pending = list(turns)
+    loading: dict[Sequence, int] = {}  # the sequences loading, and when their load ends
+    num_loads = 0
+    for t in range(5000):
+        while pending and rng.random() < 0.3:
+            sched.add(pending.pop(0))
+        for seq in [s for s, end in loading.items() if end <= t]:
+            del loading[seq]
+            sched.finish_load(seq)
+        if not sched.has_work():
+            if not pending and not loading:
+                break
+            continue
+        plan = sched.schedule()
+        for load in plan.loads:
+            loading[load.seq] = t + int(rng.integers(0, 4))
+            num_loads += 1
+        assert sched.num_loading == len(loading)
+        # blocks are held by the running and the loading only (a waiting one holds none)
+        assert all(not s.num_blocks and not s.num_computed for s in sched.waiting)
+        check_block_invariants(sched.blocks, sched.running + list(loading))
+        sched.update()
+        check_block_invariants(sched.blocks, sched.running + list(loading))
+        assert sched.blocks.num_used <= sched.num_blocks
+    assert not pending and not loading and not sched.has_work()
+    assert all(s.num_output == s.max_tokens for s in turns)
+    assert sched.num_blocks_used == 0
+    off = sched.blocks.offload
+    assert off is not None and not off.stored and not off.loading
+    assert num_loads > 0  # the tier served some prefixes

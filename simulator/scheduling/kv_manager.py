@@ -249,10 +249,13 @@ class KVManager:
         return True
 
     def loaded(self, seq: Sequence) -> None:
-        """The load of a held ``seq`` ended: its blocks are all full, and cached."""
+        """The load of a held ``seq`` ended: its blocks are all full; cache them and let them
+        go, to the tail of the eviction queue, where its lookup finds them (so no waiting
+        sequence holds blocks, and none can wait for blocks one behind it holds)."""
         assert self.offload is not None
         self.offload.loaded(seq, self.cached.get(seq, 0), seq.num_blocks)
         self.cache_full(seq, seq.num_blocks * self.block_size)
+        self.free(seq)
 
     def _register(self, pool: BlockPool, seq: Sequence, full: list[int]) -> None:
         """Enter the ``full`` blocks of ``seq`` (no prompt runs) in the hash map, as they

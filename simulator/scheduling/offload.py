@@ -9,8 +9,8 @@ with LMCache's or Mooncake's shared store as a second tier (docs/kv-offload.md):
   are not offered again (vLLM starts its store index after them);
 - a waiting request's prefix lookup that ends in GPU KV goes on in each tier in turn;
 - the blocks found are loaded into GPU blocks the request holds while it waits (vLLM's
-  ``WAITING_FOR_REMOTE_KVS``), over each tier's link, and the request is scheduled in a step
-  after its load ends, starting after them.
+  ``WAITING_FOR_REMOTE_KVS``), over each tier's link; once the load ends they are cached in
+  GPU KV, and the request, back at the head of the queue, is scheduled from after them.
 """
 
 from __future__ import annotations

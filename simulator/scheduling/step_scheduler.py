@@ -314,15 +314,14 @@ class StepScheduler(TierLoads, FastSteps, Scheduler):
         offload = blocks.offload
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             seq = waiting[0]
-            # a sequence back from a tier load holds its blocks and starts after them
-            hits = self._lookup(seq) if caching and not seq.num_computed else []
-            if offload is not None and not seq.num_computed:
+            hits = self._lookup(seq) if caching else []
+            if offload is not None:
                 held = self._hold_for_load(seq, hits, plan)
                 if held is not None:
                     if not held:
                         break
                     continue
-            start = len(hits) * blocks.block_size if hits else seq.num_computed
+            start = len(hits) * blocks.block_size if caching else seq.num_computed
             n = seq.num_tokens - start
             if 0 < cap < n:
                 n = cap

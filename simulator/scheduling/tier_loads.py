@@ -1,7 +1,7 @@
 """The loads of the step scheduler from KV tiers below the GPU's (``offload.py``): a waiting
 sequence whose prefix goes on in a tier holds GPU blocks for it and waits, out of the queue,
-while its KV comes over the tier's link; then it goes back to the head of the queue and is
-scheduled from after the loaded blocks. This is vLLM's asynchronous load
+while its KV comes over the tier's link; then it goes back to the head of the queue, where
+its lookup hits the loaded blocks in GPU KV. This is vLLM's asynchronous load
 (``get_num_new_matched_tokens`` returning ``load_kv_async``, the request in
 ``WAITING_FOR_REMOTE_KVS`` skipped by the scheduler until the worker reports the load
 finished), so the steps of the others go on meanwhile and the load costs the request its
@@ -23,6 +23,7 @@ class TierLoads:
     blocks: KVManager
     waiting: FCFSQueue | PriorityQueue
     _loading: set[Sequence]
+    _memo: tuple[Sequence, frozenset[int] | None, list[int]] | None  # DeferredDecodes'
 
     def attach_tier(
         self, tier: KVTier, bytes_per_block: int, bandwidth_bytes_s: float, latency_s: float
@@ -84,10 +85,12 @@ class TierLoads:
         return True
 
     def finish_load(self, seq: Sequence) -> None:
-        """``seq``'s load ended: cache its blocks, and queue it at the head, to compute from
-        after them (vLLM keeps its place in the queue, which is at the head here: only the
-        head starts a load)."""
+        """``seq``'s load ended: its blocks are cached in GPU KV, and it is queued at the
+        head, where its lookup hits them (vLLM keeps its place in the queue, which is at the
+        head here: only the head starts a load). vLLM schedules it with the blocks it holds;
+        here they wait in the cache, at the tail of the eviction order, so that a sequence
+        preempted meanwhile, queued ahead of it, never waits for blocks it holds."""
         self._loading.remove(seq)
         self.blocks.loaded(seq)
-        seq.num_computed = seq.num_blocks * self.blocks.block_size
+        self._memo = None  # the head's hit changed
         self.waiting.prepend(seq)
