@@ -140,6 +140,7 @@ def build_cluster(
         fast_decode=fast_decode,
         percentiles=cfg.metrics.percentiles,
         steps=steps,
+        shared_kv=cluster.shared_kv,
     )
 
 

@@ -97,6 +97,13 @@ class ScenarioConfig(BaseModel):
                     "scheduler.async_scheduling: true contradicts serving.async_scheduling: "
                     "false (the CPU's step work overlaps the GPU's exactly when it plans ahead)"
                 )
+        if self.scheduler.kv_offload is not None and (
+            self.speculative is not None or self.scheduler.async_scheduling
+        ):
+            raise ValueError(
+                "scheduler.kv_offload: not supported with speculative decoding or "
+                "scheduler.async_scheduling yet"
+            )
         return self
 
     @model_validator(mode="after")

@@ -84,6 +84,10 @@ def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioC
         cfg = cfg.model_copy(
             update={"scheduler": cfg.scheduler.model_copy(update={"num_blocks": blocks})}
         )
+    if cfg.scheduler.kv_offload is not None or cfg.cluster is not None:
+        from simulator.offload_scenario import resolve_offload
+
+        cfg = resolve_offload(cfg)  # KV tiers: their bytes per token, their memory checked
     check_scenario_memory(cfg)  # a given num_blocks may not fit beside the weights
     return cfg
 

@@ -171,9 +171,10 @@ def test_not_modeled_page_is_linked_and_names_what_is_missing() -> None:
     for loc in [(), ("scheduler",), ("serving",), ("cluster",), ("workload",), ("cost_model",)]:
         keys |= fields_at(ScenarioConfig, loc, {})
     for absent in ("num_experts", "data_parallel", "pipeline_parallel",
-                   "kv_offload", "kv_cache_dtype", "lora"):  # fmt: skip
+                   "kv_cache_dtype", "lora"):  # fmt: skip
         assert absent not in keys, f"{absent} exists now: update docs/not-modeled.md"
     assert {"async_scheduling", "speculative"} <= keys  # in part, as the page says
     assert "autoscaler" in keys  # identical replicas only, as the page says
+    assert {"kv_offload", "shared_kv"} <= keys  # CPU and shared tiers, no disk, as it says
     source = (ROOT / "simulator" / "cost" / "profiles" / "llmservingsim.py").read_text()
     assert 'moe.csv").exists()' in source  # MoE bundles are refused, as the page says

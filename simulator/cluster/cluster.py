@@ -31,11 +31,12 @@ from typing import ClassVar
 import numpy as np
 import simpy
 
-from simulator.cluster.config import GroupSpec
+from simulator.cluster.config import GroupSpec, SharedKVConfig
 from simulator.cluster.kv_link import KVLink
 from simulator.cluster.replica import Replica
 from simulator.cluster.router import Request, Router, prefix_keys
-from simulator.cluster.routers import make_router
+from simulator.cluster.routers import PrefixAffinity, make_router
+from simulator.cluster.shared_tier import SharedTier
 from simulator.cluster.tables import ClusterRecords, cluster_result
 from simulator.cost import build_cost_model
 from simulator.cost.interface import CostModel
@@ -77,8 +78,13 @@ class Cluster:
         fast_decode: bool = True,
         percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
         steps: str = "full",
+        shared_kv: SharedKVConfig | None = None,
     ) -> None:
         self.workload, self.slo, self.link = workload, slo, link
+        # the fleet's shared KV tier (``shared_tier.py``), below every replica's GPU KV
+        self.shared = (
+            None if shared_kv is None else SharedTier(shared_kv, groups[0].scheduler.block_size)
+        )
         self.kv_bytes_per_token = kv_bytes_per_token
         self.percentiles = percentiles
         self.env = simpy.Environment()
@@ -89,6 +95,9 @@ class Cluster:
         self.router = make_router(router, np.random.default_rng(streams[1]), affinity_margin)
         self.decode_router = make_router(router, np.random.default_rng(streams[2]), affinity_margin)
         self.routing_delay_s = routing_delay_s
+        for router_ in (self.router, self.decode_router):
+            if isinstance(router_, PrefixAffinity) and shared_kv is not None:
+                router_.shared_margin = shared_kv.affinity_margin  # it asks the shared tier
         num_entry = sum(g.count for g in groups if g.role != "decode")
         self.by_state = self.router.reads_state and (num_entry > 1 or self.resizes)
         """Route at each routing instant (the router reads state) rather than up front."""
@@ -140,6 +149,11 @@ class Cluster:
             scheduler = make_scheduler(spec.scheduler, sample, sample_many)
         else:
             scheduler = make_scheduler(spec.scheduler)
+        if self.shared is not None:
+            try:
+                self.shared.attach(scheduler, f"{spec.field}.scheduler")
+            except ValueError as err:
+                raise InputError(f"cluster.shared_kv: {err}") from None
         rec = self.records.recorder_for(scheduler.num_blocks, make_sink(steps, None))
         retire = None
         if spec.role == "prefill":
@@ -279,9 +293,12 @@ class Cluster:
     def _request(self, i: int, router: Router) -> Request:
         rec, runs = self.records, self.workload.prompt_runs
         prefix: tuple[Hashable, ...] = ()
+        shared = 0
         if router.uses_prefix and runs is not None:
             prefix = prefix_keys(runs.runs(i), self.entry[0].server.block_size)
-        return Request(i, rec.arrival_s[i], rec.prompt_len[i], rec.output_len[i], prefix)
+            if self.shared is not None:  # the router may ask the shared tier what it holds
+                shared = self.shared.prefix_blocks(self._sequence(i, 1))
+        return Request(i, rec.arrival_s[i], rec.prompt_len[i], rec.output_len[i], prefix, shared)
 
     def _share(self, r: Replica, items: list[tuple[float, int]]) -> simpy.events.ProcessGenerator:
         """Replica ``r``'s requests, routed up front, as a single server's arrivals."""

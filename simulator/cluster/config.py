@@ -54,6 +54,33 @@ class DisaggregationConfig(_Model):
     """The link between them."""
 
 
+class SharedKVConfig(_Model):
+    """A KV tier the whole fleet shares (an LMCache server, a Mooncake store): every replica
+    writes the blocks it computes to it and loads prefixes from it, and ``prefix_affinity``
+    knows what it holds (docs/kv-offload.md)."""
+
+    size_gb: float = Field(ge=0, allow_inf_nan=False)
+    """Memory of the store for KV blocks, GB (1e9 bytes). 0: no block fits."""
+    bandwidth_gb_s: float = Field(gt=0, allow_inf_nan=False)
+    """Bandwidth of each replica's loads from the store, GB/s (its NIC: 400 Gb/s is 50 GB/s);
+    each replica has its own link."""
+    latency_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Fixed time of each load on top of bytes / bandwidth, s (a network round trip and the
+    store's lookup)."""
+    host_memory_gb: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Memory of the machines the store runs on, GB, which it must fit in; omit for the
+    fleet's own hosts (a Mooncake store pools them): the sum over replicas of their host
+    memory less their CPU tiers."""
+    kv_bytes_per_token: int | None = Field(default=None, ge=1)
+    """KV bytes of one token over all layers; omit to take it from the scenario's
+    ``scheduler.kv_offload`` or its cost model's model preset."""
+    affinity_margin: int | None = Field(default=None, ge=0)
+    """``prefix_affinity``: the load margin for a request whose prefix the shared tier holds
+    as deep as the replica that served it (any replica can load it); None: the cluster's
+    ``affinity_margin``. 0 balances load first; on ``multi-turn-offload.yaml`` it trades GPU
+    hits for slower shared loads and raises mean TTFT (docs/kv-offload.md)."""
+
+
 class ClusterConfig(_Model):
     """Replicas behind a router on one simulated clock."""
 
@@ -76,6 +103,8 @@ class ClusterConfig(_Model):
     autoscaler: AutoscalerConfig | None = None
     """Scale a count of identical replicas to the load (docs/autoscaling.md); ``replicas``
     is the initial count. None: a fixed fleet."""
+    shared_kv: SharedKVConfig | None = None
+    """A KV tier shared by every replica, below their GPU KV and CPU tiers; None: none."""
 
     @field_validator("replicas")
     @classmethod
@@ -106,6 +135,8 @@ class ClusterConfig(_Model):
                     "not replica groups or disaggregation yet"
                 )
             self.autoscaler.check_initial(self.replicas)
+        if self.shared_kv is not None and self.disaggregation is not None:
+            raise ValueError("shared_kv is not simulated with disaggregation yet")
         return self
 
 

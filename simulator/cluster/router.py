@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 class Request:
     """What a router knows of a request when it routes it."""
 
-    __slots__ = ("index", "arrival_s", "prompt_len", "output_len", "prefix")
+    __slots__ = ("index", "arrival_s", "prompt_len", "output_len", "prefix", "shared_blocks")
 
     def __init__(
         self,
@@ -39,6 +39,7 @@ class Request:
         prompt_len: int,
         output_len: int,
         prefix: tuple[Hashable, ...] = (),
+        shared_blocks: int = 0,
     ) -> None:
         self.index = index
         """Row of the request in the workload (its ``request_id``)."""
@@ -53,6 +54,9 @@ class Request:
         (a chained content hash of the workload's token identity, ``prefix_keys``); equal
         keys mean a shared prefix. Empty without token identity, or for a router that does
         not ask for it (``Router.uses_prefix``)."""
+        self.shared_blocks = shared_blocks
+        """How many of its first prompt blocks the fleet's shared KV tier holds (any replica
+        can load them from there); 0 without one, or for a router that does not ask."""
 
 
 MAX_PREFIX_BLOCKS = 1024

@@ -80,29 +80,36 @@ class PrefixAffinity(Router):
     """The replica that has served the longest prefix of the request, unless it has more
     than ``affinity_margin`` requests in flight above the least loaded one; then the least
     loaded. Which replica holds which prefix is the router's own index of the prefixes it
-    sent where (as llm-d's approximate prefix scorer keeps), keyed by ``Request.prefix``."""
+    sent where (as llm-d's approximate prefix scorer keeps), keyed by ``Request.prefix``.
+    When the fleet's shared KV tier holds as much of the prefix (``Request.shared_blocks``),
+    any replica can load it from there, and ``shared_margin`` (if set) is the margin instead:
+    0 sends the request to the holder only when no other replica has fewer in flight."""
 
     uses_prefix = True
 
     def __init__(self, rng: np.random.Generator, affinity_margin: int = 0) -> None:
         super().__init__(rng, affinity_margin)
         self._holder: dict[Hashable, int] = {}  # prefix key -> replica that got it last
+        self.shared_margin: int | None = None
+        """The margin for a request whose prefix the shared KV tier holds as deep as its
+        holder does (``cluster.shared_kv.affinity_margin``); None: ``affinity_margin``."""
 
     def choose(self, request: Request, replicas: Sequence[Replica]) -> Replica:
         """Cache affinity within the load margin."""
         least = min(replicas, key=lambda r: r.num_outstanding)
         by_index = {r.index: r for r in replicas}
         best: Replica | None = None
+        depth = 0
         for key in request.prefix:  # keys chain, so the deepest hit is the longest prefix
             holder = by_index.get(self._holder.get(key, -1))
             if holder is None:
                 break
-            best = holder
+            best, depth = holder, depth + 1
+        margin = self.affinity_margin
+        if self.shared_margin is not None and 0 < depth <= request.shared_blocks:
+            margin = self.shared_margin
         pick = least
-        if (
-            best is not None
-            and best.num_outstanding <= least.num_outstanding + self.affinity_margin
-        ):
+        if best is not None and best.num_outstanding <= least.num_outstanding + margin:
             pick = best
         for key in request.prefix:
             self._holder[key] = pick.index

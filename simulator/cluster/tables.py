@@ -150,7 +150,7 @@ def cluster_result(
         requests["decode_replica"] = np.array(records.decode_replica, dtype=np.int64)
         requests["kv_transfer_s"] = np.array(records.kv_end) - np.array(records.kv_ready)
     stats = _merged_stats([x.step_stats for x in recorders])
-    summary = summarize(requests, stats, rec.itl, slo, percentiles)
+    summary = summarize(requests, stats, rec.itl, slo, percentiles, rec.tier_hits)
     table = replica_table(replicas, requests, summary["duration_s"])
     summary.update(cluster_summary(table, requests))
     return SimulationResult(

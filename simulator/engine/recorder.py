@@ -16,12 +16,14 @@ from simulator.metrics import Distribution, StepStats
 from simulator.scheduling.interface import StepPlan
 from simulator.scheduling.sequence import Sequence
 
-__all__ = ["CHUNK_GAPS", "CHUNK_STEPS", "STEP_INT_FIELDS", "Recorder"]
+__all__ = ["CHUNK_GAPS", "CHUNK_STEPS", "NO_MOVES", "STEP_INT_FIELDS", "Recorder"]
 
 CHUNK_STEPS = 1 << 16
 """Step rows buffered before they go to the sink (~5 MiB)."""
 CHUNK_GAPS = 1 << 16
 """Inter-token gaps buffered before they go to the distribution."""
+NO_MOVES = (0, 0, 0, 0)
+"""The KV bytes a step without KV tiers moves (cpu and shared, stored and loaded)."""
 
 
 class Recorder:
@@ -42,6 +44,9 @@ class Recorder:
         """Per request: prompt tokens served from the prefix cache when first scheduled."""
         self.num_output = [0] * num_requests
         """Per finished request: the tokens it sampled, as its sequence counted them."""
+        self.tier_hits: dict[int, list[int]] = {}
+        """Per request that loaded KV from a tier below the GPU's before it was first
+        scheduled: the prompt tokens each tier (cpu, shared) served."""
         self.rejected: list[tuple[int, str]] = []
         """``(request, reason)`` of the requests that can never be served."""
         self.num_tokens = 0
@@ -64,7 +69,7 @@ class Recorder:
             self.first_scheduled, self.first_token = shared.first_scheduled, shared.first_token
             self.finish, self.num_preemptions = shared.finish, shared.num_preemptions
             self.num_output, self.rejected = shared.num_output, shared.rejected
-            self.cached_tokens = shared.cached_tokens
+            self.cached_tokens, self.tier_hits = shared.cached_tokens, shared.tier_hits
             self.itl, self._last_token = shared.itl, shared._last_token
         self._sink = sink
         self._steps = StepBuffer(num_blocks, sink, self.step_stats, CHUNK_STEPS)
@@ -74,12 +79,18 @@ class Recorder:
 
     # -- steps ---------------------------------------------------------------------------------
 
-    def record_step(self, start: float, duration: float, ints: tuple[int, ...]) -> None:
+    def record_step(
+        self,
+        start: float,
+        duration: float,
+        ints: tuple[int, ...],
+        moved: tuple[int, ...] = NO_MOVES,
+    ) -> None:
         """One step row: its start, its duration (checked > 0, or 0 for a step that scheduled
-        nothing) and ``STEP_INT_FIELDS``."""
+        nothing), ``STEP_INT_FIELDS`` but the last four, and those (the KV bytes moved)."""
         if not (duration > 0 or duration == 0 and ints[0] == 0):
             raise RuntimeError(f"cost model returned a non-positive step time {duration!r}")
-        self._steps.add(start, duration, ints)
+        self._steps.add(start, duration, ints + moved)
 
     def record_decode_steps(
         self,
@@ -103,7 +114,7 @@ class Recorder:
         counts = self._run_counts
         bounds = [j for j, _ in sizes[1:]] + [k]
         for (lo, m), hi in zip(sizes, bounds, strict=True):
-            ints = (m, m, 0, m, 0, m, 0, 0, num_cached_blocks)
+            ints = (m, m, 0, m, 0, m, 0, 0, num_cached_blocks, *NO_MOVES)
             self._steps.add_alike(starts[lo:hi], durations[lo:hi], blocks_used[lo:hi], ints)
             n = hi - lo - (open_last and hi == k)
             counts.extend([m] * n)
@@ -123,6 +134,13 @@ class Recorder:
             if first_sched[i] != first_sched[i]:  # NaN: scheduled for the first time
                 first_sched[i] = start
                 cached_tokens[i] = cached
+
+    def record_tier_hits(self, request: int, tokens: list[int]) -> None:
+        """Request ``request`` loads ``tokens`` prompt tokens from each tier (cpu, shared);
+        kept only before it is first scheduled (as its prefix-cache hit is)."""
+        first = self.first_scheduled[request]
+        if first != first and request not in self.tier_hits:  # NaN: not scheduled yet
+            self.tier_hits[request] = tokens
 
     # -- tokens --------------------------------------------------------------------------------
 

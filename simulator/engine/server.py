@@ -33,7 +33,8 @@ from simulator.cost.batch import Batch
 from simulator.cost.interface import CostModel
 from simulator.engine.drafts import DraftCost
 from simulator.engine.fast_window import FastWindow, Retire
-from simulator.engine.recorder import Recorder
+from simulator.engine.kv_loads import KVLoads
+from simulator.engine.recorder import NO_MOVES, Recorder
 from simulator.scheduling.interface import Scheduler, StepPlan
 from simulator.scheduling.sequence import Sequence
 
@@ -88,9 +89,11 @@ class Server:
                 self._retire,
                 cut_at_finish=on_done is not None,
             )
-            if fast_decode and cost_model.times_from_sums and not special
+            if fast_decode and cost_model.times_from_sums and not special and not scheduler.moves_kv
             else None
         )
+        # KV loads from the tiers below the GPU's, one FIFO link per tier (``kv_loads.py``)
+        self._loads = KVLoads(scheduler.kv_links()) if scheduler.moves_kv else None
 
     # -- what others may read ------------------------------------------------------------------
 
@@ -171,7 +174,7 @@ class Server:
         sched, window = self._scheduler, self._window
         while True:
             if not sched.has_work():
-                if self._closed:
+                if self._closed and not sched.num_loading:
                     return
                 self._wake = self.env.event()
                 yield self._wake
@@ -189,14 +192,23 @@ class Server:
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
         """One step through ``schedule()`` and ``update()``."""
-        env, rec = self.env, self.recorder
+        env, sched, rec = self.env, self._scheduler, self.recorder
         plan, duration, ints = self._plan()
-        if not plan.seqs and not plan.preempted:  # a lone head always fits: never spin
-            raise RuntimeError("scheduler produced an empty step with work pending")
         now = env.now
+        if plan.loads:
+            self._start_loads(plan, now)
+        if not plan.seqs and not plan.preempted:
+            if not sched.num_loading:  # a lone head always fits: never spin
+                raise RuntimeError("scheduler produced an empty step with work pending")
+            sched.update()  # nothing runs until a load ends (or a request comes)
+            self._wake = env.event()
+            yield self._wake
+            self._wake = None
+            return
         if plan.num_admitted:
             rec.record_admitted(plan, now)
-        rec.record_step(now, duration, ints)
+        moved = sched.take_kv_moved() if self._loads is not None else NO_MOVES
+        rec.record_step(now, duration, ints, moved)
         self._busy_until = now + duration  # where the timeout lands
         yield env.timeout(duration)
         self._apply(plan)
@@ -255,6 +267,26 @@ class Server:
         self._busy_until = now + duration
         yield env.timeout(duration)
         self._apply(plan)
+
+    def _start_loads(self, plan: StepPlan, now: float) -> None:
+        """Book the KV loads ``plan`` started on the tiers' links; each sequence may be
+        scheduled once its load ends (the first step boundary at or after it)."""
+        assert self._loads is not None
+        env, rec = self.env, self.recorder
+        for load in plan.loads:
+            end = self._loads.book(now, load.nbytes)
+            rec.record_tier_hits(load.seq.seq_id, load.tokens)  # type: ignore[arg-type]
+            done = env.timeout(end - now)
+            done.callbacks.append(self._load_ended(load.seq))
+
+    def _load_ended(self, seq: Sequence) -> Callable[[simpy.Event], None]:
+        """What happens when the load of ``seq`` ends: it may be scheduled, wake up."""
+
+        def ended(_: simpy.Event) -> None:
+            self._scheduler.finish_load(seq)
+            self._poke()
+
+        return ended
 
     def record_finished(self, done: list[Sequence], end: float) -> None:
         """Record the requests that finished in the step ending at ``end``."""

@@ -191,7 +191,9 @@ class Simulation:
                 "reason": pd.Series([r for _, r in rec.rejected], dtype="object"),
             }
         )
-        summary = summarize(requests, rec.step_stats, rec.itl, self.slo, self.percentiles)
+        summary = summarize(
+            requests, rec.step_stats, rec.itl, self.slo, self.percentiles, rec.tier_hits
+        )
         if self.num_speculative_tokens:
             add_spec_metrics(requests, summary, rec)
         return SimulationResult(

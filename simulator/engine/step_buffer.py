@@ -19,8 +19,13 @@ STEP_INT_FIELDS = (
     "num_waiting",
     "num_preemptions",
     "num_cached_blocks",
+    "cpu_store_bytes",
+    "cpu_load_bytes",
+    "shared_store_bytes",
+    "shared_load_bytes",
 )
-"""Integer columns of a step row, in the order ``record_step`` takes them."""
+"""Integer columns of a step row, in the order ``record_step`` takes them (the KV bytes moved
+to and from the tiers below the GPU's last: ``Scheduler.take_kv_moved``)."""
 
 _USED = STEP_INT_FIELDS.index("blocks_used")
 

@@ -23,6 +23,10 @@ STEP_COLUMNS = [
     "num_waiting",
     "num_preemptions",
     "num_cached_blocks",
+    "cpu_store_bytes",
+    "cpu_load_bytes",
+    "shared_store_bytes",
+    "shared_load_bytes",
 ]
 
 

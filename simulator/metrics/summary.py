@@ -44,14 +44,39 @@ def _stats(prefix: str, dist: Distribution, percentiles: Sequence[float]) -> dic
     return out
 
 
+def _tier_rates(
+    done: pd.DataFrame, in_tokens: int, tier_hits: dict[int, list[int]]
+) -> dict[str, float]:
+    """The prefix-cache hit rate split by where the hit was: GPU KV, the replica's CPU tier,
+    the fleet's shared tier (their sum is ``prefix_cache_hit_rate``)."""
+    if not in_tokens:
+        nan = float("nan")
+        return {"gpu_hit_rate": nan, "cpu_hit_rate": nan, "shared_hit_rate": nan}
+    cpu = shared = 0
+    if tier_hits:
+        finished = set(done["request_id"].tolist())
+        for i, (c, s) in tier_hits.items():
+            if i in finished:
+                cpu, shared = cpu + c, shared + s
+    gpu = int(done["num_cached_tokens"].sum()) - cpu - shared
+    return {
+        "gpu_hit_rate": gpu / in_tokens,
+        "cpu_hit_rate": cpu / in_tokens,
+        "shared_hit_rate": shared / in_tokens,
+    }
+
+
 def summarize(
     requests: pd.DataFrame,
     steps: StepStats,
     itl: Distribution,
     slo: dict[str, float | None] | None,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    tier_hits: dict[int, list[int]] | None = None,
 ) -> dict[str, Any]:
-    """The flat summary: counts, throughputs, KV use and latency percentiles."""
+    """The flat summary: counts, throughputs, KV use and latency percentiles; ``tier_hits``
+    gives, per request that loaded KV from the tiers below the GPU's, the prompt tokens each
+    tier (cpu, shared) served (``Recorder.tier_hits``)."""
     done = requests[requests["status"] == "finished"]
     duration = steps.end_s
     per_s = (lambda x: float(x) / duration) if duration > 0 else (lambda x: float("nan"))
@@ -80,6 +105,7 @@ def summarize(
             float(done["num_cached_tokens"].sum()) / in_tokens if in_tokens else float("nan")
         ),
     }
+    summary.update(_tier_rates(done, in_tokens, tier_hits or {}))
     for metric in LATENCY_METRICS:
         dist = itl
         if metric != "itl":

@@ -13,6 +13,7 @@ import numpy as np
 from simulator.scheduling.acceptance import DrawnAcceptance
 from simulator.scheduling.config import POLICIES, SchedulerConfig
 from simulator.scheduling.interface import ManySampler, Sampler, Scheduler, StepPlan
+from simulator.scheduling.kv_tier import KVTier
 from simulator.scheduling.sequence import Sequence, SequenceStatus
 from simulator.scheduling.spec_config import SpeculativeConfig
 from simulator.scheduling.step_scheduler import PRESETS, StepScheduler
@@ -52,7 +53,7 @@ def make_scheduler(
             raise ValueError(f"policy {cfg.policy!r} takes no speculative or async scheduling")
         return policy(cfg, sample, sample_many)  # type: ignore[call-arg]
     assert cfg.num_blocks is not None, "resolve the scenario first (num_blocks)"
-    return policy(
+    scheduler = policy(
         cfg.num_blocks,
         cfg.block_size,
         cfg.max_num_seqs,
@@ -68,6 +69,13 @@ def make_scheduler(
         async_scheduling=cfg.async_scheduling,
         **_speculation(speculative, rng),
     )
+    off = cfg.kv_offload
+    if off is not None and off.cpu is not None:
+        assert off.kv_bytes_per_token is not None, "resolve the scenario first (KV bytes)"
+        block_bytes = off.kv_bytes_per_token * cfg.block_size
+        tier = KVTier("cpu", int(off.cpu.size_gb * 1e9 // block_bytes))
+        scheduler.attach_tier(tier, block_bytes, off.cpu.bandwidth_gb_s * 1e9, off.cpu.latency_s)
+    return scheduler
 
 
 def _speculation(spec: SpeculativeConfig | None, rng: np.random.Generator | None) -> dict:

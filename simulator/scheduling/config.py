@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from simulator.registry import Registry
 from simulator.scheduling.interface import Scheduler
+from simulator.scheduling.offload_config import KVOffloadConfig
 from simulator.scheduling.step_scheduler import PRESETS, StepScheduler
 
 POLICIES: Registry[type[Scheduler]] = Registry(
@@ -64,6 +65,11 @@ class SchedulerConfig(BaseModel):
     """Admit waiting requests in a step that preempted someone; default on for ``spec`` (its
     text), off for ``vllm-v1`` (as in vLLM)."""
 
+    kv_offload: KVOffloadConfig | None = None
+    """KV tiers below the GPU's (a CPU tier; needs prefix caching): blocks the GPU computed
+    are kept there, and a prefix found there is loaded back instead of recomputed
+    (docs/kv-offload.md). None: none."""
+
     @field_validator("policy")
     @classmethod
     def _known_policy(cls, value: str) -> str:
@@ -90,4 +96,8 @@ class SchedulerConfig(BaseModel):
         ):
             if getattr(self, key) is None:
                 setattr(self, key, preset.get(key, default))
+        if self.kv_offload is not None and not self.enable_prefix_caching:
+            raise ValueError(
+                "kv_offload needs enable_prefix_caching (tiers find blocks by their content)"
+            )
         return self

@@ -40,6 +40,21 @@ class Acceptor(Protocol):
         ...
 
 
+class TierLoad:
+    """KV a waiting sequence loads from the tiers below the GPU's before it is scheduled
+    (``offload.py``): per tier (cpu, shared), the tokens and the bytes."""
+
+    __slots__ = ("seq", "tokens", "nbytes")
+
+    def __init__(self, seq: Sequence, tokens: list[int], nbytes: list[int]) -> None:
+        self.seq = seq
+        """The sequence; it holds GPU blocks for the KV and waits until the load ends."""
+        self.tokens = tokens
+        """Prompt tokens each tier serves (its prefix-cache hit there)."""
+        self.nbytes = nbytes
+        """Bytes each tier's link carries."""
+
+
 class StepPlan:
     """One step as planned by ``schedule()``: who computes how many tokens (vLLM's
     ``SchedulerOutput``). ``update()`` completes it with the sequences that sampled.
@@ -61,6 +76,7 @@ class StepPlan:
         "accepted",
         "sampling",
         "num_extra_tokens",
+        "loads",
     )
 
     def __init__(
@@ -100,6 +116,9 @@ class StepPlan:
         self.num_extra_tokens = 0
         """Filled by ``update()``: tokens sampled beyond one per sequence of ``sampled`` (the
         accepted drafts that were kept)."""
+        self.loads: list[TierLoad] | tuple[()] = ()
+        """KV loads from the tiers below the GPU's that planning started (their sequences
+        are not in ``seqs``: each is scheduled once its load ends, ``finish_load``)."""
 
     @property
     def admitted(self) -> list[Sequence]:
@@ -191,6 +210,34 @@ class Scheduler(ABC):
     def has_work(self) -> bool:
         """Whether any sequence is waiting or running."""
         return bool(self.num_running or self.num_waiting)
+
+    # -- optional KV tiers below the GPU's ----------------------------------------------------
+
+    @property
+    def moves_kv(self) -> bool:
+        """Whether the policy has KV tiers below the GPU's: its plans may start loads
+        (``StepPlan.loads``) and its steps move bytes (``take_kv_moved``)."""
+        return False
+
+    @property
+    def num_loading(self) -> int:
+        """Sequences waiting for their KV load from a tier to end (in ``num_waiting`` too)."""
+        return 0
+
+    def kv_links(self) -> list[tuple[float, float] | None]:
+        """Per tier (cpu, shared): (bytes per second, seconds of latency per load) of its
+        link to the GPU, or None when there is no such tier."""
+        return []
+
+    def take_kv_moved(self) -> tuple[int, ...]:
+        """Bytes stored to and loaded from each tier since the last call: (cpu store, cpu
+        load, shared store, shared load)."""
+        return (0, 0, 0, 0)
+
+    def finish_load(self, seq: Sequence) -> None:
+        """The KV load of ``seq`` (a ``TierLoad`` of an earlier plan) ended: it may be
+        scheduled from the next step on."""
+        raise NotImplementedError(f"{type(self).__name__} loads no KV")
 
     @abstractmethod
     def rejection_reason(self, seq: Sequence) -> str | None:

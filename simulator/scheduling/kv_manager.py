@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from simulator.scheduling.block_hash import extend_hashes
 from simulator.scheduling.block_pool import BlockPool
+from simulator.scheduling.offload import Offload
 from simulator.scheduling.sequence import Sequence, SequenceStatus
 
 
@@ -34,7 +35,16 @@ class KVManager:
     """Which blocks each sequence holds (counted, or with identities and a prefix cache): the
     block tables are here (vLLM's ``req_to_blocks``); a sequence counts its blocks only."""
 
-    __slots__ = ("num_blocks", "block_size", "caching", "pool", "num_used", "tables", "cached")
+    __slots__ = (
+        "num_blocks",
+        "block_size",
+        "caching",
+        "pool",
+        "num_used",
+        "tables",
+        "cached",
+        "offload",
+    )
 
     def __init__(self, num_blocks: int, block_size: int, *, caching: bool) -> None:
         self.num_blocks = num_blocks
@@ -52,6 +62,8 @@ class KVManager:
         self.cached: dict[Sequence, int] = {}
         """With caching: how many of a sequence's blocks are in the prefix cache (hit, or
         hashed once full; 0 when missing)."""
+        self.offload: Offload | None = None
+        """With caching: the KV tiers below the GPU's (``offload.py``), or None."""
 
     def block_ids(self, seq: Sequence) -> list[int]:
         """The blocks ``seq`` holds, in token order (with caching; else none have ids)."""
@@ -162,6 +174,8 @@ class KVManager:
             hashes = extend_hashes(seq, full, self.block_size)
             self.pool.cache_blocks(self.tables[seq], hashes, done, full)  # type: ignore[union-attr]
         self.cached[seq] = full
+        if self.offload is not None:  # the tiers get every block a step computes
+            self.offload.store(seq, extend_hashes(seq, full, self.block_size), full)
 
     def fill_hashes(self, fills: list[tuple[Sequence, int]]) -> list[tuple[Sequence, int, int]]:
         """``(seq, j, hash)`` for each ``(seq, j)`` of ``fills`` (``seq`` fills its block
@@ -203,7 +217,45 @@ class KVManager:
             pool.free(blocks)
             self.cached.pop(seq, None)
             self.pool_changed()
+        if self.offload is not None and seq.status is SequenceStatus.FINISHED:
+            self.offload.forget(seq)
         seq.num_blocks = 0
+
+    # -- KV tiers below the GPU's (``offload.py``) ----------------------------------------------
+
+    def tier_hits(self, seq: Sequence, num_gpu_hits: int) -> list[int]:
+        """Per tier, the blocks a waiting ``seq`` would load after its ``num_gpu_hits`` GPU
+        hits (at most ``num_tokens - 1`` tokens in all, as on the GPU)."""
+        n = (seq.num_tokens - 1) // self.block_size
+        if self.offload is None or n <= num_gpu_hits:
+            return []
+        if seq.prompt_runs is None and not seq.num_preemptions:
+            return []  # nobody else can name its blocks, and it never computed any
+        return self.offload.lookup(extend_hashes(seq, n, self.block_size)[:n], num_gpu_hits)
+
+    def hold(self, seq: Sequence, hits: list[int], num_loaded: int) -> bool:
+        """Give a waiting ``seq`` its GPU ``hits`` and ``num_loaded`` new blocks for the KV
+        it loads from the tiers, if they are free (else change nothing and return False);
+        the new blocks are cached once the load ends (``loaded``), as vLLM delays it."""
+        pool = self.pool
+        assert pool is not None
+        if self.num_needed(seq, (len(hits) + num_loaded) * self.block_size, hits) > self.num_free:
+            return False
+        pool.touch(hits)
+        self.tables[seq] = list(hits) + pool.take(num_loaded)
+        seq.num_blocks = len(self.tables[seq])
+        self.cached[seq] = len(hits)
+        self.pool_changed()
+        return True
+
+    def loaded(self, seq: Sequence) -> None:
+        """The load of a held ``seq`` ended: its blocks are all full; cache them and let them
+        go, to the tail of the eviction queue, where its lookup finds them (so no waiting
+        sequence holds blocks, and none can wait for blocks one behind it holds)."""
+        assert self.offload is not None
+        self.offload.loaded(seq, self.cached.get(seq, 0), seq.num_blocks)
+        self.cache_full(seq, seq.num_blocks * self.block_size)
+        self.free(seq)
 
     def _register(self, pool: BlockPool, seq: Sequence, full: list[int]) -> None:
         """Enter the ``full`` blocks of ``seq`` (no prompt runs) in the hash map, as they

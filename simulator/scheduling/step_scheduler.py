@@ -38,6 +38,7 @@ from simulator.scheduling.kv_manager import KVManager
 from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
 from simulator.scheduling.sequence import Sequence, SequenceStatus
 from simulator.scheduling.speculation import Speculation
+from simulator.scheduling.tier_loads import TierLoads
 
 PRESETS: dict[str, dict[str, bool]] = {
     "spec": {},
@@ -58,7 +59,7 @@ def positive(name: str, value: int) -> int:
     return value
 
 
-class StepScheduler(Intake, Speculation, FastSteps, Scheduler):
+class StepScheduler(Intake, Speculation, TierLoads, FastSteps, Scheduler):
     """The one scheduler; its policy is the flags it is built with."""
 
     def __init__(
@@ -120,6 +121,7 @@ class StepScheduler(Intake, Speculation, FastSteps, Scheduler):
         self._run = self._memo = self._fast_plan = None
         self._finishing: list[Sequence] = []
         self._sampled: list[Sequence] = []
+        self._loading: set[Sequence] = set()  # holding blocks while their KV loads from a tier
 
     @classmethod
     def vllm_v1(cls, *args: Any, **flags: Any) -> StepScheduler:
@@ -159,8 +161,8 @@ class StepScheduler(Intake, Speculation, FastSteps, Scheduler):
 
     @property
     def num_waiting(self) -> int:
-        """Sequences waiting for admission."""
-        return len(self.waiting)
+        """Sequences waiting for admission (those whose KV loads from a tier included)."""
+        return len(self.waiting) + len(self._loading)
 
     @property
     def num_preemptions(self) -> int:
@@ -293,12 +295,19 @@ class StepScheduler(Intake, Speculation, FastSteps, Scheduler):
         # vLLM pads a one-token admission to 1 + k rows unless a prefill chunk runs
         pad = k and not self._prefill_planned
         num_running, skipped = len(plan.seqs), []
+        offload = blocks.offload
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             seq = waiting[0]
             if seq.stale:  # async: its output from before the preemption is in flight
                 skipped.append(waiting.pop())
                 continue
             hits = self._lookup(seq) if caching else []
+            if offload is not None:
+                held = self._hold_for_load(seq, hits, plan)
+                if held is not None:
+                    if not held:
+                        break
+                    continue
             start = len(hits) * blocks.block_size if caching else seq.num_computed
             n = seq.num_tokens - start
             padded = False
