@@ -133,7 +133,7 @@ class DeferredDecodes:
         blocks = self.blocks
         pool, bs, tables = blocks.pool, blocks.block_size, blocks.tables
         assert pool is not None and run.by_residue is not None
-        got = pool.take(run.blocks_over(t, u, bs))
+        got = pool.take(run.blocks_over(t, u, bs), False)  # their own: no references kept
         if not got:
             return
         by_residue, i = run.by_residue, 0
@@ -205,9 +205,16 @@ class DeferredDecodes:
         if self._memo is not None:
             self._watch_head(grow, [h for _, _, h in keyed])
         if grow:
-            for seq, b in zip(run.growing(t, bs), pool.take(grow), strict=True):
+            got = pool.take(grow, False)
+            growing = run.growing(t, bs)
+            for seq, b in zip(growing, got, strict=True):
                 tables[seq].append(b)
                 seq.num_blocks += 1
+            if run.num_shared:  # their blocks have references written down
+                ref_cnt = pool.ref_cnt
+                for seq, b in zip(growing, got, strict=True):
+                    if seq.prompt_runs is not None:
+                        ref_cnt[b] = 1
             blocks.pool_changed()
         if fills:
             blocks.cache_filled(fills, keyed)

@@ -19,8 +19,9 @@ sequence itself can ever hit its blocks, and only after a preemption. Its full b
 therefore neither hashed nor entered in the hash map while it runs: they are counted
 (``num_cached_blocks``) and registered when it is preempted, before it can look them up. When
 it finishes they go to the free queue as content nobody can hit (no hash), keeping their place
-in the eviction order, in a few list operations. Every lookup, eviction and table comes out as
-with every block hashed at once.
+in the eviction order, in a few list operations. Nor are its references written down in
+the pool (only it can hold them), but for the blocks it hit after a preemption. Every
+lookup, eviction and table comes out as with every block hashed at once.
 """
 
 from __future__ import annotations
@@ -34,7 +35,16 @@ class KVManager:
     """Which blocks each sequence holds (counted, or with identities and a prefix cache): the
     block tables are here (vLLM's ``req_to_blocks``); a sequence counts its blocks only."""
 
-    __slots__ = ("num_blocks", "block_size", "caching", "pool", "num_used", "tables", "cached")
+    __slots__ = (
+        "num_blocks",
+        "block_size",
+        "caching",
+        "pool",
+        "num_used",
+        "tables",
+        "cached",
+        "counted",
+    )
 
     def __init__(self, num_blocks: int, block_size: int, *, caching: bool) -> None:
         self.num_blocks = num_blocks
@@ -52,10 +62,25 @@ class KVManager:
         self.cached: dict[Sequence, int] = {}
         """With caching: how many of a sequence's blocks are in the prefix cache (hit, or
         hashed once full; 0 when missing)."""
+        self.counted: dict[Sequence, int] = {}
+        """With caching, for a sequence without prompt runs that hit its own blocks: how many
+        of its first blocks (its hit) have their reference written down in the pool (its
+        others have not: only it can hold them)."""
 
     def block_ids(self, seq: Sequence) -> list[int]:
         """The blocks ``seq`` holds, in token order (with caching; else none have ids)."""
         return self.tables.get(seq, [])
+
+    def references(self) -> list[int]:
+        """Per block, how many sequences hold it: the pool's written references and the
+        blocks sequences without prompt runs hold alone (with caching; a check, not fast)."""
+        assert self.pool is not None
+        refs = list(self.pool.ref_cnt)
+        for seq, table in self.tables.items():
+            if seq.prompt_runs is None:
+                for b in table[self.counted.get(seq, 0) :]:
+                    refs[b] += 1
+        return refs
 
     def num_cached_blocks(self, seq: Sequence) -> int:
         """How many of ``block_ids(seq)`` are in the prefix cache."""
@@ -118,6 +143,8 @@ class KVManager:
         pool = self.pool
         assert pool is not None
         pool.touch(hits)
+        if seq.prompt_runs is None:
+            self.counted[seq] = len(hits)
         self.tables[seq] = list(hits)
         seq.num_blocks = self.cached[seq] = len(hits)
         self._take(pool, seq, num_tokens)
@@ -147,7 +174,7 @@ class KVManager:
         new = -(-num_tokens // self.block_size) - seq.num_blocks
         if new > 0:
             table = self.tables.setdefault(seq, [])
-            table += pool.take(new)
+            table += pool.take(new, seq.prompt_runs is not None)
             seq.num_blocks = len(table)
         self.cache_full(seq, num_tokens)
 
@@ -195,7 +222,7 @@ class KVManager:
             blocks = self.tables.pop(seq, [])
             if full and seq.status is not SequenceStatus.FINISHED:  # preempted: may re-hit
                 self._register(pool, seq, blocks[:full])
-            pool.free_owned(blocks, full)
+            pool.free_owned(blocks, full, self.counted.pop(seq, 0))
             self.pool_changed()
         else:
             blocks = self.tables.pop(seq, [])
