@@ -97,34 +97,37 @@ class DeferredDecodes:
         them in which members finished, (its index in the stretch, who finished). With
         ``hold_last`` the last is only planned: ``finish_fast_step()`` applies it."""
         run = self._run
+        blocks = self.blocks
         assert run is not None and k > 0
-        take = self._take_blocks if self.blocks.caching else self._count_blocks
+        bs, caching = blocks.block_size, blocks.caching
         first = t = run.steps
         out: list[tuple[int, list[Sequence]]] = []
         if hold_last:  # an empty plan of the group's step: its members finish when applied
             self._fast_plan, self._finishing = StepPlan([], [], [], 0, []), []
         while run.num_seqs and run.next_finish() <= first + k:
             f = run.next_finish()
-            take(run, t, f)
+            if caching:
+                self._take_blocks(run, t, f)
+            else:
+                blocks.take(run.blocks_over(t, f, bs))
             run.steps = t = f
             done = run.finish_at.pop(f)
             if hold_last and f == first + k:
                 self._finishing = done
                 break
             for seq in done:
-                run.drop(seq, self.blocks.block_size)
+                run.drop(seq, bs)
                 self._advance(seq, f - seq.deferred_from)
             for seq in done:
                 self._retire(seq)
             out.append((f - first - 1, done))
         if t < first + k:
-            take(run, t, first + k)
+            if caching:
+                self._take_blocks(run, t, first + k)
+            else:
+                blocks.take(run.blocks_over(t, first + k, bs))
             run.steps = first + k
         return out
-
-    def _count_blocks(self, run: DecodeRun, t: int, u: int) -> None:
-        """Count the blocks the members take in steps ``t + 1`` .. ``u`` (no prefix cache)."""
-        self.blocks.take(run.blocks_over(t, u, self.blocks.block_size))
 
     def _take_blocks(self, run: DecodeRun, t: int, u: int) -> None:
         """Give the members the blocks they enter in steps ``t + 1`` .. ``u`` (nobody
