@@ -14,9 +14,9 @@ Cases:
 Each run is a fresh process (its peak RSS is its own), the engines interleaved run by run,
 medians of ``--repeat``; CPU time is the child's user + system time (steadier than wall time on
 a shared machine). Children cache their bytecode (``child_env``) and each checkout first makes
-a 10-request run, whose CPU time is the fixed cost of a run. The other checkout runs with the same Python and ``PYTHONPATH`` pointing at
-it, e.g. ``--today /work/baseline`` (a worktree of commit b49a3ca). With both engines, the
-requests tables of their first runs are compared.
+a 10-request run, whose CPU time is the fixed cost of a run. The other checkout runs with
+the same Python and ``PYTHONPATH`` pointing at it, e.g. ``--today /work/baseline`` (a worktree
+of commit b49a3ca). With both engines, the requests tables of their first runs are compared.
 
 Run by hand: ``.venv/bin/python benchmarks/speed_bench.py blis --today /work/baseline``.
 """
