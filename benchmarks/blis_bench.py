@@ -25,7 +25,7 @@ from statistics import median
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed_bench import HERE, run_once, scenario  # noqa: E402
+from speed_bench import HERE, run_once, scenario, warm_up  # noqa: E402
 
 
 def blis_args(n: int) -> list[str]:
@@ -81,6 +81,9 @@ def bench(n: int, blis: Path, trees: dict[str, Path], repeat: int) -> dict[str, 
         for policy in ("spec", "vllm-v1"):
             files[policy] = folder / f"blis-{n}-{policy}.yaml"
             files[policy].write_text(yaml.safe_dump(scenario(f"blis-{n}:{policy}")))
+        for name, tree in trees.items():
+            res = warm_up(tree, folder)
+            print(f"  {name}: a 10-request run takes {res['cpu_s']:.2f} s of CPU", flush=True)
         for i in range(repeat):
             res = run_blis(blis, n)
             runs["BLIS"].append(res)

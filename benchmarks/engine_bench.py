@@ -11,6 +11,9 @@ Workloads:
 Run by hand: ``.venv/bin/python benchmarks/engine_bench.py [issue|vidur]``; each case runs in a
 fresh process so peak memory (ru_maxrss) is its own. Record results in benchmarks/README.md.
 
+``engine_bench.py --today CHECKOUT [--repeat N]``: issue 19's check, the in-process run of
+each case under this tree and under another checkout, interleaved, medians of CPU time.
+
 ``engine_bench.py policies [--repeat N]``: the issue's workload as a whole ``servesim run``
 under each scheduling policy (spec; vllm-v1 without and with prefix caching; spec with prefix
 caching), interleaved in fresh processes, best of N, as ratios to the spec policy.
@@ -102,11 +105,15 @@ def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
         stretch = sched.decode_stretch()
         if stretch is not None:
             k = 0
-            for _ in stretch.steps:
-                now += base + (per_tok + per_seq) * stretch.num_seqs
-                k += 1
-                if i < n and arrival[i] <= now:
-                    break
+            for m, contexts, _, _, _ in stretch.segments:
+                for _ in contexts:
+                    now += base + (per_tok + per_seq) * m
+                    k += 1
+                    if i < n and arrival[i] <= now:
+                        break
+                else:
+                    continue
+                break
             sched.take_decodes(k)
             steps += k
             continue
@@ -168,14 +175,45 @@ def one(case: str, what: str) -> None:
         cpu = time.process_time() - start
         print(json.dumps({"wall_s": wall, "cpu_s": cpu, "steps": steps}))
         return
+    start = time.process_time()
     if what == "bare":
         wall, steps = bare_loop(scenario)
         extra: dict[str, Any] = {}
     else:
         wall, steps, batch = full_run(scenario)
         extra = {"mean_batch": batch}
+    cpu = time.process_time() - start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"wall_s": wall, "steps": steps, "maxrss_mib": rss, **extra}))
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "steps": steps, "maxrss_mib": rss, **extra}))
+
+
+def against(today: Path, repeat: int) -> None:
+    """Issue 19's check: the in-process ``servesim run`` of each case under this tree and
+    under the checkout ``today`` (this script run with its code first on the path),
+    interleaved, medians of CPU time."""
+    import os
+    from statistics import median
+
+    trees = {"today": today.resolve(), "this tree": Path(__file__).resolve().parents[1]}
+    for case in CASES:
+        cpu: dict[str, list[float]] = {name: [] for name in trees}
+        for _ in range(repeat):
+            for name, tree in trees.items():
+                env = {**os.environ, "PYTHONPATH": str(tree)}
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--child", case, "full"],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    env=env,
+                )
+                cpu[name].append(json.loads(proc.stdout)["cpu_s"])
+        before, after = (median(cpu[name]) for name in trees)
+        runs = "; ".join(f"{name} {', '.join(f'{c:.2f}' for c in cs)}" for name, cs in cpu.items())
+        print(
+            f"{case}: today {before:.2f} s, this tree {after:.2f} s of CPU: {after / before:.3f}x"
+        )
+        print(f"  ({runs})")
 
 
 def main() -> None:
@@ -186,9 +224,13 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--today", type=Path, help="with no case: each case against it")
     args = parser.parse_args()
     if args.child:
         one(*args.child)
+        return
+    if args.today and not args.cases:
+        against(args.today, args.repeat)
         return
     if args.cases == ["policies"]:
         compare_policies(args.repeat)

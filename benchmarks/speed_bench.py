@@ -13,9 +13,10 @@ Cases:
 
 Each run is a fresh process (its peak RSS is its own), the engines interleaved run by run,
 medians of ``--repeat``; CPU time is the child's user + system time (steadier than wall time on
-a shared machine). The other checkout runs with the same Python and ``PYTHONPATH`` pointing at
-it, e.g. ``--today /work/baseline`` (a worktree of commit b49a3ca). With both engines, the
-requests tables of their first runs are compared.
+a shared machine). Children cache their bytecode (``child_env``) and each checkout first makes
+a 10-request run, whose CPU time is the fixed cost of a run. The other checkout runs with
+the same Python and ``PYTHONPATH`` pointing at it, e.g. ``--today /work/baseline`` (a worktree
+of commit b49a3ca). With both engines, the requests tables of their first runs are compared.
 
 Run by hand: ``.venv/bin/python benchmarks/speed_bench.py blis --today /work/baseline``.
 """
@@ -78,9 +79,31 @@ def scenario(case: str) -> dict[str, Any]:
     return out
 
 
+PYCACHE = Path(tempfile.gettempdir()) / "servesim-bench-pycache"
+"""Where the children keep their compiled bytecode (any checkout, even a read-only one)."""
+
+
+def child_env(tree: Path) -> dict[str, str]:
+    """The environment of a run of the checkout at ``tree``: its code first on the path, and
+    bytecode cached as Python does by default (a shell with ``PYTHONDONTWRITEBYTECODE`` set
+    would otherwise compile every module of every run: about 0.2 s of each)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONPYCACHEPREFIX": str(PYCACHE)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def warm_up(tree: Path, folder: Path) -> dict[str, float]:
+    """A 10-request run of the checkout at ``tree`` (its bytecode compiled, if it was not):
+    the fixed cost of a run, start-up and writing."""
+    path = folder / "warm-up.yaml"
+    case = scenario("blis-10")
+    path.write_text(yaml.safe_dump(case))
+    return run_once(tree, path, folder / f"warm-up-{abs(hash(str(tree)))}")
+
+
 def run_once(tree: Path, scenario_file: Path, out: Path) -> dict[str, float]:
     """One ``servesim run --no-plots`` process of the checkout at ``tree``."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = child_env(tree)
     cmd = [sys.executable, "-m", "simulator", "run", str(scenario_file), "--out", str(out)]
     with tempfile.TemporaryFile() as err:
         start = time.perf_counter()
@@ -116,6 +139,9 @@ def bench(case: str, engines: dict[str, Path], repeat: int) -> dict[str, list[di
         folder = Path(tmp)
         path = folder / f"{case.replace(':', '-')}.yaml"
         path.write_text(yaml.safe_dump(scenario(case)))
+        for name, tree in engines.items():
+            res = warm_up(tree, folder)
+            print(f"  {name}: a 10-request run takes {res['cpu_s']:.2f} s of CPU", flush=True)
         for i in range(repeat):
             for name, tree in engines.items():
                 res = run_once(tree, path, folder / f"{name}-{i}")

@@ -81,19 +81,20 @@ def check_invariants(
 
 
 def check_block_invariants(blocks: KVManager, running: list[Sequence]) -> None:
-    """The block manager's own invariants: reference counts never negative and equal to the
-    holders; free + referenced = total; the hash map lists each cached block once, under its
-    own hash; every running sequence's blocks referenced, its first ``num_cached_blocks``
-    cached."""
+    """The block manager's own invariants: reference counts (those written down in the pool
+    and the blocks a prompt of its own holds alone) never negative and equal to the holders;
+    free + referenced = total; the hash map lists each cached block once, under its own hash;
+    every running sequence's blocks referenced, its first ``num_cached_blocks`` cached."""
     pool = blocks.pool
+    refs = blocks.references()
     assert min(pool.ref_cnt) >= 0
     holders = Counter(b for s in running for b in blocks.block_ids(s))
-    assert all(pool.ref_cnt[b] == holders.get(b, 0) for b in range(pool.num_blocks))
+    assert all(refs[b] == holders.get(b, 0) for b in range(pool.num_blocks))
     free_cached = list(pool.free_cached())
     free = set(pool.free_blank) | set(free_cached)
     assert len(free) == len(pool.free_blank) + len(free_cached) == pool.num_free
-    assert free == {b for b in range(pool.num_blocks) if pool.ref_cnt[b] == 0}
-    assert pool.num_free + sum(1 for r in pool.ref_cnt if r > 0) == pool.num_blocks
+    assert free == {b for b in range(pool.num_blocks) if refs[b] == 0}
+    assert pool.num_free + sum(1 for r in refs if r > 0) == pool.num_blocks
     assert all(pool.block_hash[b] is None for b in pool.free_blank)
     # a free cached block without a hash holds content nobody can hit (kv_manager.py)
     assert pool.num_free_cached == len(free_cached)

@@ -312,15 +312,17 @@ def take_stretch(
     one would have (its steps only say how many decode and finish); return the steps taken."""
     group = sched.decode_batch_ids()
     each_step = (
-        (m, context, used, finishing if j == len(contexts) - 1 else 0)
-        for m, contexts, used_each, finishing in stretch.segments
+        (m, context, used, finishing if j == len(contexts) - 1 else 0, kept)
+        for m, contexts, used_each, finishing, kept in stretch.segments
         for j, (context, used) in enumerate(zip(contexts, used_each, strict=True))
     )
     steps = list(islice(each_step, k))
     finished = dict(sched.take_decodes(len(steps)))
-    for j, (m, context, used, finishing) in enumerate(steps):
+    for j, (m, context, used, finishing, kept) in enumerate(steps):
         assert m == len(group)
-        trace.append(([(i, 1) for i in group], context, used, 0, m, 0, []))
+        # a step takes blank blocks first: the cache keeps what is left of the free ones
+        cached = min(kept, stretch.num_blocks - used) if stretch.num_blocks else kept
+        trace.append(([(i, 1) for i in group], context, used, cached, m, 0, []))
         trace.append((sched.num_preemptions,))
         done = finished.get(j, [])
         assert finishing == len(done)
@@ -486,3 +488,33 @@ def test_own_blocks_are_hashed_only_when_they_can_be_hit() -> None:
     assert list(pool.free_cached()) == [held[1], held[0]]  # cached content, evicted first
     other = Sequence(1, 4 * 8, 1)
     assert kv.grow(other, 4 * 8) and not pool.cached  # evicted all, nothing was left to hit
+
+
+def test_decode_stretches_with_the_cache_on() -> None:
+    """With prefix caching and prompts of their own, pure decode steps come as stretches:
+    the same trace as step by step, including steps that evict kept blocks once no blank
+    one is left (their cached count falls below what the stretch started with)."""
+    reqs = [Req(0, 30, 20, None), Req(0, 17, 24, None), Req(1, 40, 12, None), Req(3, 9, 30, None)]
+    args = (reqs, 24, 4, 64, 8)
+    policy = Policy("vllm-v1", caching=True, reserve=False)
+    offered: list[tuple[int, list[tuple[int, int]]]] = []
+    real = StepScheduler.decode_stretch
+
+    def spy(self: StepScheduler) -> DecodeStretch | None:
+        stretch = real(self)
+        if stretch is not None:
+            segments = [(m, c, list(u), f, k) for m, c, u, f, k in stretch.segments]
+            offered.append((stretch.num_blocks, [(k, max(u)) for _, _, u, _, k in segments]))
+            stretch.segments = iter([(m, c, iter(u), f, k) for m, c, u, f, k in segments])
+        return stretch
+
+    slow_trace, slow_out = trace_run(*args, False, policy)
+    StepScheduler.decode_stretch = spy  # type: ignore[method-assign]
+    try:
+        fast_trace, fast_out = trace_run(*args, True, policy)
+    finally:
+        StepScheduler.decode_stretch = real  # type: ignore[method-assign]
+    assert fast_trace == slow_trace and fast_out == slow_out
+    assert offered and all(n == 24 for n, _ in offered)
+    assert any(k > 0 for _, kept in offered for k, _ in kept)  # finished blocks kept ...
+    assert any(k > 24 - used for _, kept in offered for k, used in kept)  # ... and evicted

@@ -141,7 +141,7 @@ class FastWindow:
         last_end = last_start + durations[-1]
         held = last_end >= self.next_arrival()
         self.recorder.record_decode_steps(
-            sizes, starts, durations, used, stretch.num_cached_blocks, open_last=held
+            sizes, starts, durations, used, stretch.num_blocks, open_last=held
         )
         for j, seqs in self.scheduler.take_decodes(k, held):
             self.retire(seqs, starts[j] + durations[j])
@@ -150,19 +150,20 @@ class FastWindow:
 
     def _time_stretch(
         self, stretch: DecodeStretch, start: float, end: float, first: bool
-    ) -> tuple[list[float], list[float], list[tuple[int, int]], list[int]]:
+    ) -> tuple[list[float], list[float], list[tuple[int, int, int]], list[int]]:
         """Time the steps of ``stretch`` from ``end`` while they start before the next
         arrival (the first anyway when ``first``), up to one whose end a timeout from
         ``start`` would not land on exactly (or that finishes requests, with
-        ``cut_at_finish``); return their starts, durations, (first step, sequences) of each
-        segment, and the blocks used once each was planned."""
+        ``cut_at_finish``); return their starts, durations, (first step, sequences, free
+        blocks the cache keeps before it) of each segment, and the blocks used once each was
+        planned."""
         arrival = self.next_arrival()  # nothing arrives before it while the window runs
         starts: list[float] = []
         durations: list[float] = []
         used_blocks: list[int] = []
-        sizes: list[tuple[int, int]] = []
-        for m, contexts, used, finishing in stretch.segments:
-            sizes.append((len(durations), m))
+        sizes: list[tuple[int, int, int]] = []
+        for m, contexts, used, finishing, kept in stretch.segments:
+            sizes.append((len(durations), m, kept))
             n, cut, end = self._time_segment(
                 m, contexts, (start, end, arrival), first, starts, durations
             )

@@ -94,16 +94,18 @@ class Recorder:
 
     def record_decode_steps(
         self,
-        sizes: list[tuple[int, int]],
+        sizes: list[tuple[int, int, int]],
         starts: list[float],
         durations: list[float],
         blocks_used: list[int],
-        num_cached_blocks: int,
+        num_blocks: int,
         open_last: bool = False,
     ) -> None:
         """Consecutive steps in which every running sequence decodes one token and nobody
         waits: their starts, durations and blocks used; ``sizes`` lists (first step, number of
-        sequences) wherever that number changes. Their tokens are recorded as
+        sequences, free blocks the prefix cache keeps before it) wherever that number changes;
+        with a prefix cache of ``num_blocks`` blocks (0: none), a step's kept blocks are at most
+        its free ones (``DecodeStretch.num_blocks``). Their tokens are recorded as
         ``record_decode_step`` would, but for the last one's with ``open_last`` (it is still
         in flight: ``record_decode_step`` records them when it ends)."""
         k = len(durations)
@@ -112,10 +114,11 @@ class Recorder:
         if not min(durations) > 0:
             raise RuntimeError(f"cost model returned a non-positive step time {min(durations)!r}")
         counts = self._run_counts
-        bounds = [j for j, _ in sizes[1:]] + [k]
-        for (lo, m), hi in zip(sizes, bounds, strict=True):
-            ints = (m, m, 0, m, 0, m, 0, 0, num_cached_blocks, *NO_MOVES)
-            self._steps.add_alike(starts[lo:hi], durations[lo:hi], blocks_used[lo:hi], ints)
+        bounds = [j for j, _, _ in sizes[1:]] + [k]
+        for (lo, m, kept), hi in zip(sizes, bounds, strict=True):
+            ints = (m, m, 0, m, 0, m, 0, 0, kept, *NO_MOVES)
+            steps = self._steps
+            steps.add_alike(starts[lo:hi], durations[lo:hi], blocks_used[lo:hi], ints, num_blocks)
             n = hi - lo - (open_last and hi == k)
             counts.extend([m] * n)
             self.num_tokens += m * n

@@ -28,6 +28,7 @@ STEP_INT_FIELDS = (
 to and from the tiers below the GPU's last: ``Scheduler.take_kv_moved``)."""
 
 _USED = STEP_INT_FIELDS.index("blocks_used")
+_KEPT = STEP_INT_FIELDS.index("num_cached_blocks")
 
 
 class StepBuffer:
@@ -48,6 +49,10 @@ class StepBuffer:
         self._used: list[int] = []  # blocks used, per row
         self._segments: list[int] = []  # STEP_INT_FIELDS of each segment of alike rows ...
         self._lengths: list[int] = []  # ... and its number of rows
+        # per segment: 0, or the blocks in all when its rows' cached blocks are at most their
+        # free ones (``DecodeStretch.num_blocks``); with any, the segments' indices
+        self._caps: list[int] = []
+        self._capped: list[int] = []
         self._carry: tuple[np.ndarray, np.ndarray] | None = None  # rows expanded, not passed on
         self._num_carried = 0
         self._num_flushed = 0
@@ -68,8 +73,13 @@ class StepBuffer:
         durations: list[float],
         blocks_used: list[int],
         ints: tuple[int, ...],
+        num_blocks: int = 0,
     ) -> None:
-        """Rows that share ``ints`` (``STEP_INT_FIELDS``) but for their blocks used."""
+        """Rows that share ``ints`` (``STEP_INT_FIELDS``) but for their blocks used, and with
+        ``num_blocks`` their cached blocks, which are at most ``num_blocks - blocks used``."""
+        if num_blocks:
+            self._capped.append(len(self._lengths))
+            self._caps.append(num_blocks)
         self._starts.extend(starts)
         self._durations.extend(durations)
         self._used.extend(blocks_used)
@@ -87,6 +97,15 @@ class StepBuffer:
         segments = np.array(self._segments, dtype=np.int64).reshape(-1, num_ints)
         ints = np.repeat(segments, np.array(self._lengths, dtype=np.int64), axis=0)
         ints[:, _USED] = np.array(self._used, dtype=np.int64)
+        if self._caps:
+            lengths = np.array(self._lengths, dtype=np.int64)
+            caps = np.zeros(len(lengths), dtype=np.int64)
+            caps[self._capped] = self._caps
+            caps = np.repeat(caps, lengths)
+            rows = caps > 0
+            free = caps[rows] - ints[rows, _USED]
+            ints[rows, _KEPT] = np.minimum(ints[rows, _KEPT], free)
+            self._caps, self._capped = [], []
         self._starts, self._durations, self._used = [], [], []
         self._segments, self._lengths = [], []
         if self._carry is not None:

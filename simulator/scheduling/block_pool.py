@@ -39,7 +39,8 @@ class BlockPool:
         self.num_blocks = num_blocks
         """Blocks in the pool."""
         self.ref_cnt = [0] * num_blocks
-        """Per block: how many sequences hold it."""
+        """Per block: how many sequences hold it, as written down (a prompt of its own holds
+        its blocks unwritten: ``take(counted=False)``)."""
         self.block_hash: list[int | None] = [None] * num_blocks
         """Per block: the hash of the full block's content it holds in the cache, or None."""
         # Free blocks without content: handed out first, in any order (they are all alike).
@@ -99,21 +100,20 @@ class BlockPool:
         if self.num_stale > 64 and 2 * self.num_stale > len(self.lru) - self.head:
             self._compact()
 
-    def take(self, n: int) -> list[int]:
+    def take(self, n: int, counted: bool = True) -> list[int]:
         """``n`` new blocks with one reference each (the caller checked ``num_free``):
-        blank ones first, then the least recently freed cached ones, whose content is evicted."""
-        blank, ref_cnt, block_hash, cached = (
-            self.free_blank,
-            self.ref_cnt,
-            self.block_hash,
-            self.cached,
-        )
-        k = min(n, len(blank))
-        out = blank[-k:] if k else []  # blank ones, as many pops from the end would give
-        if k:
-            del blank[-k:]
+        blank ones first, then the least recently freed cached ones, whose content is evicted.
+        Not ``counted``: their one holder's reference is not written down (a prompt of its
+        own: ``KVManager.references``), which saves a write per block in and out."""
+        blank, block_hash, cached = self.free_blank, self.block_hash, self.cached
+        k = len(blank)
+        if n <= k:  # blank ones, as many pops from the end would give
+            out = blank[k - n :]
+            del blank[k - n :]
             out.reverse()
-        if n > k:
+        else:
+            out = blank[::-1]
+            blank.clear()
             got = self._pop_cached(n - k)
             if cached:  # else no free block has a hash: nothing to forget
                 for b in got:
@@ -126,8 +126,10 @@ class BlockPool:
                         block_hash[b] = None
                         del cached[h]
             out += got
-        for b in out:
-            ref_cnt[b] = 1
+        if counted:
+            ref_cnt = self.ref_cnt
+            for b in out:
+                ref_cnt[b] = 1
         return out
 
     def _pop_cached(self, m: int) -> list[int]:
@@ -177,12 +179,13 @@ class BlockPool:
             if setdefault(h, b) != b:
                 self.dupes.setdefault(h, []).append(b)
 
-    def free_owned(self, blocks: list[int], num_full: int) -> None:
-        """``free(reversed(blocks))`` for blocks only their one holder references, whose
-        first ``num_full`` are full (hashed or not) and the others not: the full ones join
-        the eviction queue tail first, the others the blank ones."""
+    def free_owned(self, blocks: list[int], num_full: int, num_counted: int) -> None:
+        """``free(reversed(blocks))`` for blocks only their one holder references (only the
+        first ``num_counted`` references written down), whose first ``num_full`` are full
+        (hashed or not) and the others not: the full ones join the eviction queue tail
+        first, the others the blank ones."""
         ref_cnt = self.ref_cnt
-        for b in blocks:
+        for b in blocks[:num_counted]:
             ref_cnt[b] = 0
         self.free_blank.extend(reversed(blocks[num_full:]))
         self.lru.extend(reversed(blocks[:num_full]))

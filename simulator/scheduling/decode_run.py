@@ -9,7 +9,7 @@ from itertools import accumulate, cycle, islice
 
 from simulator.scheduling.sequence import Sequence
 
-Segment = tuple[int, range, Iterator[int], int]
+Segment = tuple[int, range, Iterator[int], int, int]
 """Steps of a deferred decode group with the same members (``DecodeRun.segments``)."""
 
 
@@ -44,6 +44,7 @@ class DecodeRun:
         "crossing",
         "steps",
         "by_residue",
+        "num_shared",
     )
 
     def __init__(self, block_size: int, *, with_blocks: bool) -> None:
@@ -67,6 +68,9 @@ class DecodeRun:
         offset ``r`` modulo the block size in running order, so that each step takes new
         blocks for exactly those entering one and caches exactly the blocks it fills, in the
         order ``schedule()`` would."""
+        self.num_shared = 0
+        """Members with prompt runs (others may hit their blocks: those are hashed as they
+        fill, step by step)."""
 
     def join(self, seq: Sequence, block_size: int) -> None:
         """Add ``seq`` (it just sampled, its fields are true) behind the members."""
@@ -86,6 +90,8 @@ class DecodeRun:
             members.append(seq)
         if self.by_residue is not None:
             self.by_residue[r].append(seq)
+            if seq.prompt_runs is not None:
+                self.num_shared += 1
 
     def drop(self, seq: Sequence, block_size: int) -> None:
         """Take a member out (its fields still as when it joined)."""
@@ -96,6 +102,8 @@ class DecodeRun:
         self.crossing[r] -= 1
         if self.by_residue is not None:
             self.by_residue[r].remove(seq)
+            if seq.prompt_runs is not None:
+                self.num_shared -= 1
 
     def next_finish(self) -> int:
         """The first step in which a member finishes (the group must not be empty)."""
@@ -118,15 +126,25 @@ class DecodeRun:
             crossing[(1 - s) % block_size] for s in range(t + 1, t + k % block_size + 1)
         )
 
-    def segments(self, used: int, num_blocks: int, block_size: int) -> Iterator[Segment]:
+    def segments(
+        self, used: int, num_blocks: int, block_size: int, cached: int | None = None
+    ) -> Iterator[Segment]:
         """The steps ahead while members remain and their blocks fit in ``num_blocks``
-        (``used`` now), in segments that end where members finish: per segment, (members,
-        their KV tokens before each step, blocks used once each step is planned, members
-        that finish in its last step). The group is not changed."""
+        (``used`` now; with a prefix cache, ``cached`` of the free ones keep content), in
+        segments that end where members finish: per segment, (members, their KV tokens before
+        each step, blocks used once each step is planned, members that finish in its last
+        step, free blocks keeping content before its first step: 0 without a prefix cache).
+        The group is not changed.
+
+        A step takes free blocks without content first, so ``min(cached, num_blocks - used)``
+        of the free blocks keep content after it; a member that finishes hands its full blocks
+        to them (with a prefix cache its blocks are its own: no member has prompt runs)."""
         m, offsets, crossing = self.num_seqs, self.context, self.crossing.copy()
         finish_at = self.finish_at
         heap = self.finish_steps.copy()
         t = self.steps + 1
+        keep = cached is not None
+        kept = cached or 0
         while m:
             while heap[0] < t or heap[0] not in finish_at:
                 heapq.heappop(heap)
@@ -141,17 +159,21 @@ class DecodeRun:
             used_each = islice(accumulate(cycle(pattern), initial=used), 1, length + 1)
             start = offsets + m * (t - 1)
             if t + length - 1 < last:  # the blocks run out first
-                yield m, range(start, start + m * length, m), used_each, 0
+                yield m, range(start, start + m * length, m), used_each, 0, kept
                 return
             leaving = finish_at[last]
-            yield m, range(start, start + m * length, m), used_each, len(leaving)
+            yield m, range(start, start + m * length, m), used_each, len(leaving), kept
             used += grown
+            if keep:
+                kept = min(kept, num_blocks - used)
             for seq in leaving:  # as drop(), and their blocks freed
                 offset = seq.num_computed - seq.deferred_from
                 m -= 1
                 offsets -= offset
                 crossing[offset % block_size] -= 1
                 used -= -(-(offset + last) // block_size)
+                if keep:
+                    kept += (offset + last) // block_size
             t = last + 1
 
     def blocks_to_grow(self, t: int, block_size: int) -> int:

@@ -66,12 +66,12 @@ class DeferredDecodes:
 
     def decode_stretch(self) -> DecodeStretch | None:
         """The steps ahead in which only the group runs (nobody else runs or waits), while
-        its blocks are free; None if the next step is not one (or blocks have identities:
-        those go step by step)."""
+        its blocks are free; None if the next step is not one (or, with a prefix cache, a
+        member has prompt runs: its blocks are hashed step by step)."""
         if self._fast_plan is not None:
             self.finish_fast_step()
         blocks = self.blocks
-        if blocks.caching or self.waiting:
+        if self.waiting:
             return None
         run = self._run
         if run is None:
@@ -84,7 +84,13 @@ class DeferredDecodes:
         bs = blocks.block_size
         if blocks.num_used + run.crossing[-run.steps % bs] > blocks.num_blocks:
             return None  # the next step needs a block that is missing
-        return DecodeStretch(run.segments(blocks.num_used, blocks.num_blocks, bs), 0)
+        if not blocks.caching:
+            return DecodeStretch(run.segments(blocks.num_used, blocks.num_blocks, bs), 0)
+        if run.num_shared:
+            return None
+        cached = blocks.num_cached_free
+        segments = run.segments(blocks.num_used, blocks.num_blocks, bs, cached)
+        return DecodeStretch(segments, blocks.num_blocks)
 
     def take_decodes(self, k: int, hold_last: bool = False) -> list[tuple[int, list[Sequence]]]:
         """Take the first ``k`` steps of the last ``decode_stretch()``; return, for each of
@@ -92,15 +98,18 @@ class DeferredDecodes:
         ``hold_last`` the last is only planned: ``finish_fast_step()`` applies it."""
         run = self._run
         blocks = self.blocks
-        assert run is not None and not blocks.caching and k > 0
-        bs = blocks.block_size
+        assert run is not None and k > 0
+        bs, caching = blocks.block_size, blocks.caching
         first = t = run.steps
         out: list[tuple[int, list[Sequence]]] = []
         if hold_last:  # an empty plan of the group's step: its members finish when applied
             self._fast_plan, self._finishing = StepPlan([], [], [], 0, []), []
         while run.num_seqs and run.next_finish() <= first + k:
             f = run.next_finish()
-            blocks.take(run.blocks_over(t, f, bs))
+            if caching:
+                self._take_blocks(run, t, f)
+            else:
+                blocks.take(run.blocks_over(t, f, bs))
             run.steps = t = f
             done = run.finish_at.pop(f)
             if hold_last and f == first + k:
@@ -113,9 +122,29 @@ class DeferredDecodes:
                 self._retire(seq)
             out.append((f - first - 1, done))
         if t < first + k:
-            blocks.take(run.blocks_over(t, first + k, bs))
+            if caching:
+                self._take_blocks(run, t, first + k)
+            else:
+                blocks.take(run.blocks_over(t, first + k, bs))
             run.steps = first + k
         return out
+
+    def _take_blocks(self, run: DecodeRun, t: int, u: int) -> None:
+        """Give the members the blocks they enter in steps ``t + 1`` .. ``u`` (nobody
+        leaving), taken from the pool at once in the order step by step would take them;
+        the blocks they fill are counted when they settle (``_advance``)."""
+        blocks = self.blocks
+        pool, bs, tables = blocks.pool, blocks.block_size, blocks.tables
+        assert pool is not None and run.by_residue is not None
+        got = pool.take(run.blocks_over(t, u, bs), False)  # their own: no references kept
+        if not got:
+            return
+        by_residue, i = run.by_residue, 0
+        for s in range(t + 1, u + 1):
+            for seq in by_residue[(1 - s) % bs]:
+                tables[seq].append(got[i])
+                i += 1
+        blocks.pool_changed()
 
     def decode_batch_ids(self) -> list[Hashable]:
         """The ids of the sequences in the deferred decode group, in running order."""
@@ -132,8 +161,12 @@ class DeferredDecodes:
         seq.num_computed += k
         seq.num_tokens += k
         seq.deferred_from += k
-        if not self.blocks.caching:
-            self.blocks.settle(seq, seq.num_computed)
+        blocks = self.blocks
+        if not blocks.caching:
+            blocks.settle(seq, seq.num_computed)
+        else:  # its blocks were taken; those it filled are counted now (hashed if shared)
+            seq.num_blocks = len(blocks.tables[seq])
+            blocks.cached[seq] = seq.num_computed // blocks.block_size
 
     def _settle(self) -> None:
         """Bring every member up to date; the group stays (the offsets do not move)."""
@@ -155,23 +188,39 @@ class DeferredDecodes:
 
     def _grow_members(self, run: DecodeRun, t: int, grow: int) -> None:
         """Take (and with a prefix cache, cache) the members' blocks of step ``t``; the caller
-        checked that ``grow`` blocks are free."""
+        checked that ``grow`` blocks are free. Only the blocks members with prompt runs fill
+        are hashed now (another sequence could hit them); the others are counted when their
+        member settles (``_advance``)."""
         blocks = self.blocks
         pool, bs, tables = blocks.pool, blocks.block_size, blocks.tables
         if pool is None:
             blocks.take(grow)
             return
-        growing, filling = run.growing(t, bs), run.filling(t, bs)
-        fills = [(seq, (seq.num_computed - seq.deferred_from + t) // bs - 1) for seq in filling]
-        keyed = blocks.fill_hashes(fills)
+        fills: list[tuple[Sequence, int]] = []
+        keyed: list[tuple[Sequence, int, int]] = []
+        if run.num_shared:
+            fills = [
+                (seq, (seq.num_computed - seq.deferred_from + t) // bs - 1)
+                for seq in run.filling(t, bs)
+                if seq.prompt_runs is not None
+            ]
+            keyed = blocks.fill_hashes(fills)
         if self._memo is not None:
             self._watch_head(grow, [h for _, _, h in keyed])
         if grow:
-            for seq, b in zip(growing, pool.take(grow), strict=True):
+            got = pool.take(grow, False)
+            growing = run.growing(t, bs)
+            for seq, b in zip(growing, got, strict=True):
                 tables[seq].append(b)
                 seq.num_blocks += 1
+            if run.num_shared:  # their blocks have references written down
+                ref_cnt = pool.ref_cnt
+                for seq, b in zip(growing, got, strict=True):
+                    if seq.prompt_runs is not None:
+                        ref_cnt[b] = 1
             blocks.pool_changed()
-        blocks.cache_filled(fills, keyed)
+        if fills:
+            blocks.cache_filled(fills, keyed)
 
     def _watch_head(self, grow: int, fill_hashes: list[int]) -> None:
         """Forget the head's hit if taking ``grow`` blocks evicts, or the fills cache, a block

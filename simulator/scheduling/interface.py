@@ -154,17 +154,20 @@ class DecodeStretch:
     """Steps offered by ``decode_stretch()``: in each, the deferred decode group decodes one
     token per member and nothing else runs or waits."""
 
-    __slots__ = ("segments", "num_cached_blocks")
+    __slots__ = ("segments", "num_blocks")
 
     def __init__(
-        self, segments: Iterator[tuple[int, range, Iterator[int], int]], num_cached_blocks: int
+        self, segments: Iterator[tuple[int, range, Iterator[int], int, int]], num_blocks: int
     ) -> None:
         self.segments = segments
         """The steps in order, in segments of steps with the same sequences: (how many, their
         KV tokens before each step, KV blocks used once each step is planned, how many of
-        them sample their last token in the segment's last step)."""
-        self.num_cached_blocks = num_cached_blocks
-        """Free blocks the prefix cache keeps, the same in every step."""
+        them sample their last token in the segment's last step, free blocks the prefix
+        cache keeps before its first step)."""
+        self.num_blocks = num_blocks
+        """With a prefix cache, the blocks in all (0 without): a step takes free blocks
+        without content first, so after it ``min(kept before, num_blocks - blocks used)`` of
+        the free ones keep content."""
 
 
 class Scheduler(ABC):

@@ -19,8 +19,9 @@ sequence itself can ever hit its blocks, and only after a preemption. Its full b
 therefore neither hashed nor entered in the hash map while it runs: they are counted
 (``num_cached_blocks``) and registered when it is preempted, before it can look them up. When
 it finishes they go to the free queue as content nobody can hit (no hash), keeping their place
-in the eviction order, in a few list operations. Every lookup, eviction and table comes out as
-with every block hashed at once.
+in the eviction order, in a few list operations. Nor are its references written down in
+the pool (only it can hold them), but for the blocks it hit after a preemption. Every
+lookup, eviction and table comes out as with every block hashed at once.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class KVManager:
         "tables",
         "cached",
         "offload",
+        "counted",
     )
 
     def __init__(self, num_blocks: int, block_size: int, *, caching: bool) -> None:
@@ -64,10 +66,25 @@ class KVManager:
         hashed once full; 0 when missing)."""
         self.offload: Offload | None = None
         """With caching: the KV tiers below the GPU's (``offload.py``), or None."""
+        self.counted: dict[Sequence, int] = {}
+        """With caching, for a sequence without prompt runs that hit its own blocks: how many
+        of its first blocks (its hit) have their reference written down in the pool (its
+        others have not: only it can hold them)."""
 
     def block_ids(self, seq: Sequence) -> list[int]:
         """The blocks ``seq`` holds, in token order (with caching; else none have ids)."""
         return self.tables.get(seq, [])
+
+    def references(self) -> list[int]:
+        """Per block, how many sequences hold it: the pool's written references and the
+        blocks sequences without prompt runs hold alone (with caching; a check, not fast)."""
+        assert self.pool is not None
+        refs = list(self.pool.ref_cnt)
+        for seq, table in self.tables.items():
+            if seq.prompt_runs is None:
+                for b in table[self.counted.get(seq, 0) :]:
+                    refs[b] += 1
+        return refs
 
     def num_cached_blocks(self, seq: Sequence) -> int:
         """How many of ``block_ids(seq)`` are in the prefix cache."""
@@ -130,6 +147,8 @@ class KVManager:
         pool = self.pool
         assert pool is not None
         pool.touch(hits)
+        if seq.prompt_runs is None:
+            self.counted[seq] = len(hits)
         self.tables[seq] = list(hits)
         seq.num_blocks = self.cached[seq] = len(hits)
         self._take(pool, seq, num_tokens)
@@ -159,7 +178,7 @@ class KVManager:
         new = -(-num_tokens // self.block_size) - seq.num_blocks
         if new > 0:
             table = self.tables.setdefault(seq, [])
-            table += pool.take(new)
+            table += pool.take(new, seq.prompt_runs is not None)
             seq.num_blocks = len(table)
         self.cache_full(seq, num_tokens)
 
@@ -209,7 +228,7 @@ class KVManager:
             blocks = self.tables.pop(seq, [])
             if full and seq.status is not SequenceStatus.FINISHED:  # preempted: may re-hit
                 self._register(pool, seq, blocks[:full])
-            pool.free_owned(blocks, full)
+            pool.free_owned(blocks, full, self.counted.pop(seq, 0))
             self.pool_changed()
         else:
             blocks = self.tables.pop(seq, [])

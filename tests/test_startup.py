@@ -1,0 +1,38 @@
+"""A ``servesim run`` imports only what it uses: without plots, neither matplotlib nor scipy
+(nor the download stack), which are most of a small run's start-up when they load (issue 24)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parents[1]
+
+PROBE = """
+import sys
+from simulator.cli import main
+code = main(["run", sys.argv[1], "--out", sys.argv[2], "--no-plots"])
+heavy = ("matplotlib", "scipy", "pooch", "requests")
+print(code, *sorted(m for m in heavy if m in sys.modules))
+"""
+
+
+def test_run_without_plots_imports_neither_matplotlib_nor_scipy(tmp_path: Path) -> None:
+    """A fresh process runs the quickstart scenario (10 requests) without plots, and none of
+    matplotlib, scipy, pooch or requests is imported."""
+    scenario = yaml.safe_load((HERE / "scenarios" / "quickstart.yaml").read_text())
+    scenario["workload"]["num_requests"] = 10
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(path), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=HERE,
+    ).stdout.splitlines()
+    assert out[-1] == "0"  # exit 0, and nothing heavy after it
+    assert (tmp_path / "out" / "requests.parquet").exists()
