@@ -376,6 +376,16 @@ class ModelSpec(BaseModel):
         EP ranks holding whole experts, or the TP shards of every expert: the same bytes)."""
         return self.num_moe_layers * self.expected_distinct_experts(tokens) * self.expert_bytes / ep
 
+    def deployed(self, tp: int, weight_dtype: Dtype | None, kv_dtype: Dtype | None) -> ModelSpec:
+        """The model as a cost model runs it: ``tp`` checked against the attention heads, the
+        weights and KV cache at these dtypes (None: the model's own)."""
+        if self.num_heads % tp != 0:
+            raise InputError(
+                f"cost_model.tp: {tp} does not divide num_heads={self.num_heads} "
+                f"of model {self.name}"
+            )
+        return self.with_dtypes(weight_dtype, kv_dtype)
+
     def with_dtypes(self, weight_dtype: Dtype | None, kv_dtype: Dtype | None) -> ModelSpec:
         """This shape with the given weight and KV dtypes (None keeps the shape's own)."""
         update: dict[str, str] = {}

@@ -77,12 +77,7 @@ class PhysicsCostModel(CostModel):
         self, cfg: PhysicsCostConfig, model: ModelSpec, hw: HardwareSpec, params: PhysicsParams
     ) -> None:
         """Check the shapes and specs the terms need; tabulate the token and sequence terms."""
-        if model.num_heads % cfg.tp != 0:
-            raise InputError(
-                f"cost_model.tp: {cfg.tp} does not divide num_heads={model.num_heads} "
-                f"of model {model.name}"
-            )
-        model = model.with_dtypes(cfg.weight_dtype, cfg.kv_dtype)
+        model = model.deployed(cfg.tp, cfg.weight_dtype, cfg.kv_dtype)
         ep = cfg.expert_parallel
         if ep > 1:
             if not model.is_moe:

@@ -88,12 +88,7 @@ class ProfiledCostModel(CostModel):
         self, cfg: ProfiledCostConfig, model: ModelSpec, hw: HardwareSpec, profile: OperatorProfile
     ) -> None:
         """Precompute the per-token, per-sequence and decode-attention tables."""
-        if model.num_heads % cfg.tp != 0:
-            raise InputError(
-                f"cost_model.tp: {cfg.tp} does not divide num_heads={model.num_heads} "
-                f"of model {model.name}"
-            )
-        model = model.with_dtypes(cfg.weight_dtype, cfg.kv_dtype)
+        model = model.deployed(cfg.tp, cfg.weight_dtype, cfg.kv_dtype)
         check_shape(profile, model)
         self.cfg, self.model, self.hw, self.profile = cfg, model, hw, profile
         self.num_layers = model.num_layers

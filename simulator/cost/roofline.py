@@ -63,12 +63,7 @@ class RooflineCostModel(CostModel):
 
     def __init__(self, cfg: RooflineCostConfig, model: ModelSpec, hw: HardwareSpec) -> None:
         """Fold the model shape, GPU and efficiencies into per-token and per-step constants."""
-        if model.num_heads % cfg.tp != 0:
-            raise InputError(
-                f"cost_model.tp: {cfg.tp} does not divide num_heads={model.num_heads} "
-                f"of model {model.name}"
-            )
-        model = model.with_dtypes(cfg.weight_dtype, cfg.kv_dtype)
+        model = model.deployed(cfg.tp, cfg.weight_dtype, cfg.kv_dtype)
         self.cfg, self.model, self.hw = cfg, model, hw
         tp = cfg.tp
         # matmuls run at the weights' dtype peak, attention at the activations' (bf16); both
