@@ -88,10 +88,8 @@ class ScenarioConfig(BaseModel):
         if self.cluster is not None and _plans_ahead(self.cluster):
             raise ValueError("cluster: a replica's scheduler.async_scheduling is not supported yet")
         if self.scheduler.async_scheduling:
-            if self.cluster is not None or self.parallel is not None:
-                raise ValueError(
-                    "scheduler.async_scheduling: not supported with cluster or parallel yet"
-                )
+            if self.cluster is not None:
+                raise ValueError("scheduler.async_scheduling: not supported with cluster yet")
             if not self.serving.async_scheduling:
                 raise ValueError(
                     "scheduler.async_scheduling: true contradicts serving.async_scheduling: "

@@ -45,4 +45,10 @@ class DataParallelSimulation(Simulation):
             padding=padding,
             with_cpu=with_cpu,
             async_scheduling=self.serving.async_scheduling,
+            on_queued=self._taken_in,
         )
+
+    def _taken_in(self, i: int, at: float) -> None:
+        """Request ``i`` entered a rank's waiting queue at ``at`` (vLLM's QUEUED stamp: the
+        end of the step it arrived in, when the engine loop next reads its input)."""
+        self.queued_s[i] = at

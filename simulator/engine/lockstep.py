@@ -54,6 +54,7 @@ class LockstepServer:
         padding: DPPadding | None = None,
         with_cpu: Callable[[float, int], float] | None = None,
         async_scheduling: bool = False,
+        on_queued: Callable[[int, float], object] | None = None,
     ) -> None:
         self.env, self.ranks, self.cost_models = env, ranks, cost_models
         self.recorder = recorder
@@ -70,9 +71,17 @@ class LockstepServer:
         self._wake: simpy.Event | None = None
         self._async = async_scheduling
         self._pending: list[tuple[float, int, Sequence]] = []
-        """Under async scheduling, requests sent while a step runs: (arrival, rank, seq)."""
+        """Requests sent while a step runs, not yet taken in: (arrival, rank, seq)."""
+        self._on_queued = on_queued
+        """Told (request id, time) when a rank's engine takes a request into its queue."""
         self._busy = False
         self._last_start = 0.0
+        self._plans_ahead = all(getattr(r, "async_scheduling", False) for r in ranks)
+        """Whether the ranks' schedulers plan a step before the last one is applied (vLLM's
+        async scheduling, exactly: ``scheduler.async_scheduling``)."""
+        self._next: list[StepPlan | None] = [None] * len(ranks)
+        """Under a plan-ahead scheduler, each rank's plan for the next step."""
+        self._num_empty = 0
 
     @property
     def num_blocks(self) -> int:
@@ -89,10 +98,10 @@ class LockstepServer:
             return False
         k = self.balancer.choose(self.ranks)  # type: ignore[arg-type]
         self.rank_of[seq.seq_id] = k  # type: ignore[index]
-        if self._async and self._busy:
+        if self._busy:
             self._pending.append((self.env.now, k, seq))
         else:
-            self.ranks[k].add(seq)
+            self._take_in(k, seq, self.env.now)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
         return True
@@ -121,54 +130,82 @@ class LockstepServer:
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
         """One lockstep step: every rank plans, the slowest sets the time, every rank updates."""
-        env, rec = self.env, self.recorder
+        env = self.env
         now = env.now
-        if self._busy:  # this step was planned as the last one began (async scheduling)
-            self._release(self._last_start)
+        if self._busy:  # under async scheduling this step was planned as the last one began
+            late = self._async and not self._plans_ahead
+            self._release(self._last_start if late else now)
         self._busy, self._last_start = True, now
         before = [(r.num_running, r.num_waiting) for r in self.ranks]
-        plans: list[StepPlan | None] = []
-        batches: list[Batch] = []
-        for sched in self.ranks:
-            plan = None
-            if sched.has_work():
-                plan = sched.schedule()
-                if not plan.seqs and not plan.preempted:
-                    raise RuntimeError("scheduler produced an empty step with work pending")
-                if plan.num_admitted:
-                    rec.record_admitted(plan, now)
-            plans.append(plan)
-            # a rank with nothing to run this step runs the dummy batch
-            if plan is None or not plan.num_new_tokens:
-                batches.append(DUMMY_BATCH)
-            else:
-                batches.append(Batch(plan.num_new_tokens, plan.context_lens))
+        plans, batches = self._plan_ranks(now)
         times = self._rank_times(batches)
         duration = max(times)
         self.rank_durations.append(times)
         self._record_step(now, duration, plans, before)
+        if self._plans_ahead:  # vLLM's batch queue: the next step is planned while this runs
+            self._next = [r.schedule() if r.has_requests() else None for r in self.ranks]  # type: ignore[attr-defined]
         yield env.timeout(duration)
         for k, (sched, planned) in enumerate(zip(self.ranks, plans, strict=True)):
             if planned is None:
                 continue
             done = sched.update()
-            rec.record_samples(planned.sampled, env.now)
+            self.recorder.record_samples(planned.sampled, env.now)
             if done:
                 self._finish(k, done, env.now)
 
+    def _plan_ranks(self, now: float) -> tuple[list[StepPlan | None], list[Batch]]:
+        """Each rank's plan for the step starting at ``now`` (under a plan-ahead scheduler,
+        the one made as the last step began) and the batch it runs: a rank with nothing to
+        run runs the dummy batch (so does vLLM's when its planned batch is empty)."""
+        plans: list[StepPlan | None] = []
+        batches: list[Batch] = []
+        ahead, self._next = self._next, [None] * len(self.ranks)
+        for sched, plan in zip(self.ranks, ahead, strict=True):
+            if plan is None and sched.has_work():
+                if not self._plans_ahead:
+                    plan = sched.schedule()
+                    if not plan.seqs and not plan.preempted:
+                        raise RuntimeError("scheduler produced an empty step with work pending")
+                elif sched.has_requests():  # type: ignore[attr-defined]
+                    plan = sched.schedule()  # idle until now: vLLM schedules at once
+            if plan is not None and plan.num_admitted:
+                self.recorder.record_admitted(plan, now)
+            plans.append(plan)
+            if plan is None or not plan.num_new_tokens:
+                batches.append(DUMMY_BATCH)
+            else:
+                batches.append(Batch(plan.num_new_tokens, plan.context_lens))
+        if self._plans_ahead and all(p is None or not p for p in plans):
+            self._num_empty += 1
+            if self._num_empty > 4:  # two in flight, both empty, and then more: stuck
+                raise RuntimeError("async schedulers planned empty steps with work pending")
+        else:
+            self._num_empty = 0
+        return plans, batches
+
     def _release(self, seen_by: float) -> None:
-        """Hand the ranks the pending requests that arrived by ``seen_by``: under async
-        scheduling vLLM plans a step while the one before it runs, so a request arriving
-        during step N is first scheduled in step N + 2 (as ``step_with_batch_queue``)."""
+        """Hand the ranks the pending requests that arrived by ``seen_by``, taken in at
+        ``seen_by``. vLLM's engine loop (``EngineCoreProc.run_busy_loop`` and
+        ``DPEngineCoreProc.run_busy_loop``) drains its input queue only between steps,
+        where ``Scheduler.add_request`` stamps the request QUEUED: a request arriving
+        during step N is taken in as step N ends. Under async scheduling the loop has then
+        already planned step N + 1 (``step_with_batch_queue``), so it is first scheduled
+        in step N + 2; without it, in step N + 1."""
         if not self._pending:
             return
         keep = []
         for arrival, k, seq in self._pending:
             if arrival <= seen_by:
-                self.ranks[k].add(seq)
+                self._take_in(k, seq, seen_by)
             else:
                 keep.append((arrival, k, seq))
         self._pending = keep
+
+    def _take_in(self, k: int, seq: Sequence, at: float) -> None:
+        """Rank ``k``'s engine takes ``seq`` into its waiting queue at time ``at``."""
+        self.ranks[k].add(seq)
+        if self._on_queued is not None:
+            self._on_queued(seq.seq_id, at)  # type: ignore[arg-type]
 
     def _rank_times(self, batches: list[Batch]) -> list[float]:
         """Each rank's time for its batch, its token count padded with the others'."""
