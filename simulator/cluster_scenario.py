@@ -106,7 +106,7 @@ def build_cluster(
     assert cluster is not None
     if cfg.serving != type(cfg.serving)():
         raise InputError("serving: serving overheads are not simulated in a cluster yet")
-    if cfg.workload.max_concurrency is not None:
+    if cfg.workload.concurrency_caps is not None:
         raise InputError(
             "workload.max_concurrency: a closed loop is not simulated in a cluster yet"
         )

@@ -115,10 +115,10 @@ class ScenarioConfig(BaseModel):
         # closed loop: a slot frees when the client has the response and the next request
         # needs the front end again; the engine's exact send times do not model that yet
         delays = self.serving.frontend_delay_ms or self.serving.response_delay_ms
-        if self.workload.max_concurrency is not None and delays:
+        if self.workload.concurrency_caps is not None and delays:
             raise ValueError(
                 "serving.frontend_delay_ms and response_delay_ms are not supported with "
-                "workload.max_concurrency yet (set them to 0)"
+                "workload.max_concurrency or max_concurrency_schedule yet (set them to 0)"
             )
         return self
 

@@ -84,7 +84,7 @@ def build_dp_simulation(
         ranks,
         padding=DPPadding(sizes if cfg.parallel.cuda_graphs else None),
         progress=progress,
-        max_concurrency=cfg.workload.max_concurrency,
+        max_concurrency=cfg.workload.concurrency_caps,
         percentiles=cfg.metrics.percentiles,
         serving=cfg.serving,
         **kwargs,

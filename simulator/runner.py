@@ -164,7 +164,7 @@ def run(
             slo=slo,
             progress=tick,
             fast_decode=fast_decode,
-            max_concurrency=cfg.workload.max_concurrency,
+            max_concurrency=cfg.workload.concurrency_caps,
             percentiles=cfg.metrics.percentiles,
             step_sink=make_sink(steps, steps_path),
             serving=cfg.serving,

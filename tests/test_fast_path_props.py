@@ -63,9 +63,13 @@ def whole_scenario(draw: st.DrawFn) -> dict[str, Any]:
         "cost_model": {"type": "linear", "base_ms": 2, "per_token_ms": 0.03, "per_seq_ms": 0.1},
         "workload": workload,
     }
-    layout = draw(st.sampled_from(["server", "closed", "cluster", "disaggregated"]))
+    layout = draw(st.sampled_from(["server", "closed", "clients", "cluster", "disaggregated"]))
     if layout == "closed":
         workload["max_concurrency"] = draw(st.integers(1, 8))
+    elif layout == "clients":  # the cap changes while the windows run
+        times = sorted(draw(st.sets(st.floats(0.01, 3.0), min_size=1, max_size=3)))
+        caps = [draw(st.integers(0, 8)) for _ in times] + [draw(st.integers(1, 8))]
+        workload["max_concurrency_schedule"] = list(zip([0.0, *times], caps, strict=True))
     elif layout == "cluster":
         router = draw(st.sampled_from(ROUTERS))
         cfg["cluster"] = {"replicas": draw(st.integers(1, 3)), "router": router}

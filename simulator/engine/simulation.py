@@ -6,7 +6,9 @@ the same instant as a step's end are handled by simpy in the order they were sch
 Closed loop (``max_concurrency``, as ``benchmark_serving --max-concurrency``): a request whose
 arrival time has come waits while ``max_concurrency`` requests are in flight, and is sent the
 instant one of them finishes; its ``arrival_s`` is when it was sent (TTFT starts there, as the
-benchmark measures it).
+benchmark measures it). A cap that changes over the run (a schedule of clients) changes at its
+times; a raised cap sends waiting requests at that instant, a lowered one lets the requests in
+flight finish and sends none until they are fewer than the cap.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class Simulation:
         slo: dict[str, float | None] | None = None,
         progress: Callable[[int], object] | None = None,
         fast_decode: bool = True,
-        max_concurrency: int | None = None,
+        max_concurrency: int | list[tuple[float, int]] | None = None,
         percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
         step_sink: StepSink | None = None,
         serving: ServingConfig | None = None,
@@ -59,7 +61,11 @@ class Simulation:
         self.serving = serving or ServingConfig()
         self._delay = self.serving.frontend_delay_ms * 1e-3
         self.percentiles = percentiles
-        self.max_concurrency = max_concurrency
+        caps = [(0.0, max_concurrency)] if isinstance(max_concurrency, int) else max_concurrency
+        self.max_concurrency = None if caps is None else caps[0][1]
+        """The closed loop's cap now (None: open loop)."""
+        self._cap_changes = [] if caps is None else caps[1:]
+        self._next_cap = self._cap_changes[0][0] if self._cap_changes else float("inf")
         self.env = simpy.Environment()
         self.recorder = Recorder(len(workload), scheduler.num_blocks, step_sink or MemorySink())
         self.arrival_s = workload.arrival_s.copy()
@@ -73,7 +79,7 @@ class Simulation:
         self._num_sent = 0
         # A stop rule reads arrival order as drawn: a closed loop sends requests later than
         # drawn, so it is not watched (never stopped early)
-        self._watch = Watch(stop, len(workload)) if stop and max_concurrency is None else None
+        self._watch = Watch(stop, len(workload)) if stop and caps is None else None
         self._progress = progress
         self.num_speculative_tokens = num_speculative_tokens
         """Drafts per decode step (the scheduler's); > 0 adds speculative decoding's columns
@@ -85,12 +91,18 @@ class Simulation:
             scheduler,
             cost_model,
             self.recorder,
-            next_arrival=lambda: self._next_arrival,
+            # a plain lambda without a schedule: the windows read it once per step
+            next_arrival=self._bound if self._cap_changes else lambda: self._next_arrival,
             progress=self._tick if self._watch is not None else progress,
             fast_decode=fast_decode,
-            on_done=self._slot_freed if max_concurrency is not None else None,
+            on_done=self._slot_freed if caps is not None else None,
             drafts=drafts_of(cost_model, num_speculative_tokens, draft_cost),
         )
+
+    def _bound(self) -> float:
+        """The next instant the server's windows must not pass: an arrival or a change of cap
+        (the latter infinite without a schedule)."""
+        return min(self._next_arrival, self._next_cap)
 
     def _tick(self, num: int) -> None:
         """Requests finished or were rejected: progress, and the stop rule when due."""
@@ -155,6 +167,15 @@ class Simulation:
         self._arrivals_done = True
         self._close_when_sent()
 
+    def _caps(self) -> simpy.events.ProcessGenerator:
+        """Change the closed loop's cap at each time of its schedule."""
+        for t, cap in self._cap_changes:
+            self._next_cap, wake = sleep_until(self.env, t)
+            yield wake
+            self.max_concurrency = cap
+            self._slot_freed(0, self.env.now)  # a raised cap sends waiting requests now
+        self._next_cap = float("inf")
+
     def _close_when_sent(self) -> None:
         """Close the server once every request was sent (those waiting for a concurrency
         slot are sent by ``_slot_freed``)."""
@@ -164,6 +185,8 @@ class Simulation:
     def run(self) -> SimulationResult:
         """Simulate until every request has finished or been rejected."""
         self.env.process(self._arrivals())
+        if self._cap_changes:
+            self.env.process(self._caps())
         server = self.env.process(self.server.run())
         self.env.run(until=server)
         return self._result()

@@ -288,6 +288,10 @@ class WorkloadConfig(_Model):
     """Closed loop: at most this many requests in flight; a request whose time has come waits
     for one to finish and is sent then (``benchmark_serving --max-concurrency``). With
     ``arrival.rate: inf``, a fixed population of this many clients. None: open loop."""
+    max_concurrency_schedule: list[tuple[float, int]] | None = None
+    """``[[t_s, clients], ...]``: a closed loop whose cap changes over the run, ``clients``
+    from each time ``t_s`` until the next (times start at 0 and increase; counts ``>= 0``,
+    the last ``>= 1`` so every request is sent); excludes ``max_concurrency``."""
     shared_prefix: SharedPrefixConfig | None = None
     """Synthetic only: prompts share system prompts (``prompt_len`` is then the question
     after it); None = every prompt its own."""
@@ -295,8 +299,30 @@ class WorkloadConfig(_Model):
     """Synthetic only: draw each request's priority; None = all 0 (a CSV trace may carry a
     ``priority`` column)."""
 
+    @field_validator("max_concurrency_schedule")
+    @classmethod
+    def _valid_caps(cls, value: list[tuple[float, int]] | None) -> list[tuple[float, int]] | None:
+        if value is not None:
+            t = np.array([p[0] for p in value], dtype=np.float64)
+            why = schedule_check(t, np.array([p[1] for p in value], dtype=np.float64))
+            if why is None and value[-1][1] < 1:
+                why = f"entry {len(value) - 1}: the last count must be >= 1 (else nobody sends)"
+            if why is not None:
+                raise ValueError(why.replace("rate", "count"))
+        return value
+
+    @property
+    def concurrency_caps(self) -> list[tuple[float, int]] | None:
+        """The closed loop's cap from each time on (``max_concurrency`` is one entry at 0);
+        None: open loop."""
+        if self.max_concurrency is not None:
+            return [(0.0, self.max_concurrency)]
+        return self.max_concurrency_schedule
+
     @model_validator(mode="after")
     def _trace_xor_synthetic(self) -> WorkloadConfig:
+        if self.max_concurrency is not None and self.max_concurrency_schedule is not None:
+            raise ValueError("give max_concurrency or max_concurrency_schedule, not both")
         given = [
             k
             for k in (*_SYNTHETIC_KEYS, "shared_prefix", "priority")
