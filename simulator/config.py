@@ -75,16 +75,16 @@ class ScenarioConfig(BaseModel):
     """Data-parallel ranks (and expert parallelism) of the one server, as vLLM runs them
     (optional; not with ``cluster``)."""
     speculative: SpeculativeConfig | None = None
-    """Speculative decoding (optional; policy ``vllm-v1``, one server): drafts per decode
-    step and how many are accepted."""
+    """Speculative decoding (optional; policy ``vllm-v1``, one server or its data-parallel
+    ranks, not a cluster): drafts per decode step and how many are accepted."""
 
     @model_validator(mode="after")
     def _speculation_supported(self) -> ScenarioConfig:
         if self.speculative is not None:
             if self.scheduler.policy != "vllm-v1":
                 raise ValueError("speculative: needs scheduler.policy 'vllm-v1' (as vLLM does it)")
-            if self.cluster is not None or self.parallel is not None:
-                raise ValueError("speculative: not supported with cluster or parallel yet")
+            if self.cluster is not None:
+                raise ValueError("speculative: not supported with cluster yet")
         if self.cluster is not None and _plans_ahead(self.cluster):
             raise ValueError("cluster: a replica's scheduler.async_scheduling is not supported yet")
         if self.scheduler.async_scheduling:

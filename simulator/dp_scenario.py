@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from simulator.config import ScenarioConfig
 from simulator.cost import CostModel, build_cost_model
 from simulator.cost.physics import PhysicsCostConfig
@@ -75,7 +77,11 @@ def build_dp_simulation(
     costs: list[CostModel] = [build_cost_model(cfg.cost_model) for _ in range(n)]
     if cfg.serving.has_step_cpu:
         kwargs["with_cpu"] = _with_cpu(cfg.serving)
-    ranks = [make_scheduler(cfg.scheduler) for _ in range(n)]
+    spec = cfg.speculative
+    ranks = [
+        make_scheduler(cfg.scheduler, speculative=spec, rng=rng)
+        for rng in rank_acceptance_rngs(cfg, n)
+    ]
     sched = cfg.scheduler
     sizes = capture_sizes(sched.max_num_seqs, sched.max_num_batched_tokens)
     return DataParallelSimulation(
@@ -87,8 +93,21 @@ def build_dp_simulation(
         max_concurrency=cfg.workload.concurrency_caps,
         percentiles=cfg.metrics.percentiles,
         serving=cfg.serving,
+        num_speculative_tokens=spec.num_speculative_tokens if spec else 0,
+        draft_cost=spec.draft_cost if spec else 0.0,
         **kwargs,
     )
+
+
+def rank_acceptance_rngs(cfg: ScenarioConfig, n: int) -> list[np.random.Generator | None]:
+    """Each rank's stream of speculative acceptance draws (None without speculation): rank
+    0 draws from the run's acceptance stream (the one a single server draws from), rank
+    ``i > 0`` from that stream's ``i``-th spawned child, so the ranks' draws are independent,
+    seeded by ``cfg.seed``, and do not depend on which rank a request lands on first."""
+    if cfg.speculative is None:
+        return [None] * n
+    root = np.random.SeedSequence(cfg.seed).spawn(2)[1]  # ``runner.acceptance_rng``'s seed
+    return [np.random.default_rng(s) for s in [root, *root.spawn(n - 1)]]
 
 
 def _with_cpu(serving: ServingConfig) -> Callable[[float, int], float]:

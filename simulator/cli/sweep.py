@@ -46,7 +46,9 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         default=[],
         required=True,
         metavar="KEY=V1,V2,...",
-        help="values of a dotted key to sweep (repeatable: the cartesian product is run)",
+        help="values of a dotted key to sweep (repeatable: the cartesian product is run); "
+        "keys that vary together: 'KEY1,KEY2=V1,V2;V1,V2;...', one variant per ';' (a bare "
+        "word among them that is no scenario key names the variants, e.g. layout)",
     )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fixed override")
     p.add_argument(
@@ -78,8 +80,10 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the cartesian product of grids in parallel processes."""
+    """Run the cartesian product of grids in parallel processes (keys given together in one
+    --grid vary together)."""
     from simulator.explore.backends import check_backend
+    from simulator.explore.grid import cell_keys
     from simulator.explore.sweep import (
         check_points_fit,
         check_some_point_is_valid,
@@ -90,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from simulator.results.outdir import default_out_dir, reserve_out_dir
 
     # validate every grid point first, then run them, then write table and plots
-    grid = parse_grid(args.grid)
+    grid = parse_grid(args.grid, zipped=True)
     base, base_cfg = sweep_base(args.scenario, args.set, grid)
     name = base_cfg.name
     check_backend(args.backend, args.jobs, args.address)
@@ -116,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     failed = table[table["status"] == "failed"]
     print(f"{name}: {len(table) - len(failed)} of {len(table)} runs ok; results in {out}")
-    print(_sweep_table(table, list(runs)))
+    print(_sweep_table(table, cell_keys(runs)))
     # exit 1 if any point failed, so a script notices; the table still holds every point
     return 1 if len(failed) else 0
 
@@ -132,7 +136,7 @@ def _run_into(
 ) -> pd.DataFrame:
     """Run the sweep (``runs``: the grid and its seeds) into a temporary folder renamed to
     ``out`` at the end; the table."""
-    from simulator.explore.sweep import base_yaml, run_sweep
+    from simulator.explore.sweep import base_yaml, plot_keys, run_sweep
     from simulator.results.outdir import atomic_dir, check_out_dir
     from simulator.results.writer import write_sweep
 
@@ -153,7 +157,9 @@ def _run_into(
             address=args.address,
             report=None if args.no_progress or args.progress or bar is None else _say,
         )
-        meta = {"scenario": args.scenario, "grid": grid, "set": args.set, "keys": list(grid)}
+        # the figures' keys: one per grid entry (keys varied together by their name)
+        keys = plot_keys(grid)
+        meta = {"scenario": args.scenario, "grid": grid, "set": args.set, "keys": keys}
         meta["seeds"] = runs.get("seed", [base_cfg.seed])  # repeats of each point, not a key
         scenario = base_yaml(base_cfg, args.scenario, args.set, grid)
         write_sweep(table, tmp, meta, scenario, plots=not args.no_plots, fmt=args.format)

@@ -7,6 +7,11 @@ ranks' token counts are padded as vLLM pads them (``dp_padding.py``); a cost mod
 the MoE layers over all ranks' tokens (``step_time_in_dp``, the ``profiled`` model under expert
 parallelism) is given every rank's count, others time each rank's batch alone.
 
+Speculative decoding (vLLM runs MTP and EAGLE on DP + EP deployments) is applied as a single
+server applies it (``server.py``): each rank's scheduler plans ``1 + k`` tokens per decode and
+draws its acceptances from its own stream, the drafter's passes (``drafts``, one ``DraftCost``
+per rank) are part of that rank's step, and the accepted drafts are recorded per request.
+
 One step row per lockstep step: its duration, and its counts summed over the ranks. Steps go
 one by one through ``schedule()`` and ``update()`` (no fast windows)."""
 
@@ -21,6 +26,7 @@ from simulator.cost.batch import Batch
 from simulator.cost.interface import CostModel
 from simulator.engine.dp_balancer import DPBalancer
 from simulator.engine.dp_padding import DPPadding
+from simulator.engine.drafts import DraftCost
 from simulator.engine.recorder import Recorder
 from simulator.scheduling.interface import Scheduler, StepPlan
 from simulator.scheduling.sequence import Sequence
@@ -55,6 +61,7 @@ class LockstepServer:
         with_cpu: Callable[[float, int], float] | None = None,
         async_scheduling: bool = False,
         on_queued: Callable[[int, float], object] | None = None,
+        drafts: list[DraftCost | None] | None = None,
     ) -> None:
         self.env, self.ranks, self.cost_models = env, ranks, cost_models
         self.recorder = recorder
@@ -82,6 +89,8 @@ class LockstepServer:
         self._next: list[StepPlan | None] = [None] * len(ranks)
         """Under a plan-ahead scheduler, each rank's plan for the next step."""
         self._num_empty = 0
+        self._drafts = drafts or [None] * len(ranks)
+        """Per rank: the drafter's time in its steps (None: no drafter, or a free one)."""
 
     @property
     def num_blocks(self) -> int:
@@ -138,7 +147,7 @@ class LockstepServer:
         self._busy, self._last_start = True, now
         before = [(r.num_running, r.num_waiting) for r in self.ranks]
         plans, batches = self._plan_ranks(now)
-        times = self._rank_times(batches)
+        times = self._rank_times(batches, plans)
         duration = max(times)
         self.rank_durations.append(times)
         self._record_step(now, duration, plans, before)
@@ -149,7 +158,11 @@ class LockstepServer:
             if planned is None:
                 continue
             done = sched.update()
-            self.recorder.record_samples(planned.sampled, env.now)
+            if planned.drafts:  # speculative: more than one token per sequence, at times
+                self.recorder.record_samples(planned.sampled, env.now, planned.num_extra_tokens)
+                self.recorder.record_drafts(planned)
+            else:
+                self.recorder.record_samples(planned.sampled, env.now)
             if done:
                 self._finish(k, done, env.now)
 
@@ -207,8 +220,9 @@ class LockstepServer:
         if self._on_queued is not None:
             self._on_queued(seq.seq_id, at)  # type: ignore[arg-type]
 
-    def _rank_times(self, batches: list[Batch]) -> list[float]:
-        """Each rank's time for its batch, its token count padded with the others'."""
+    def _rank_times(self, batches: list[Batch], plans: list[StepPlan | None]) -> list[float]:
+        """Each rank's time for its batch, its token count padded with the others', plus its
+        drafter's passes (added after the CPU's share, as a single server adds them)."""
         across = self.padding.tokens_across_dp([sum(b.new_tokens) for b in batches])
         times = []
         for k, (cost, batch) in enumerate(zip(self.cost_models, batches, strict=True)):
@@ -216,7 +230,12 @@ class LockstepServer:
                 t = cost.step_time_in_dp(batch, across, k)
             else:
                 t = cost.step_time(batch)
-            times.append(t if self._with_cpu is None else self._with_cpu(t, len(batch.new_tokens)))
+            if self._with_cpu is not None:
+                t = self._with_cpu(t, len(batch.new_tokens))
+            drafts, plan = self._drafts[k], plans[k]
+            if drafts is not None and plan:
+                t += drafts.time(plan)
+            times.append(t)
         return times
 
     def _record_step(
@@ -226,15 +245,21 @@ class LockstepServer:
         plans: list[StepPlan | None],
         before: list[tuple[int, int]],
     ) -> None:
-        """The step's row: counts summed over the ranks."""
+        """The step's row: counts summed over the ranks (a decode verifying ``d`` drafts
+        computes ``1 + d`` tokens and counts as a decode, as in a single server's row)."""
         new = [n for p in plans if p is not None for n in p.num_new_tokens]
-        tokens, decodes = sum(new), new.count(1)
+        tokens = sum(new)
+        decodes = decode_tokens = new.count(1)
+        for p in plans:
+            if p is not None and p.drafts:
+                decodes += len(p.drafts)
+                decode_tokens += len(p.drafts) + sum(p.drafts.values())
         preempted = sum(len(p.preempted) for p in plans if p is not None)
         used = sum(r.num_blocks_used for r in self.ranks)
         cached = sum(r.num_cached_blocks for r in self.ranks)
         running = sum(b[0] for b in before)
         waiting = sum(b[1] for b in before)
-        ints = (len(new), tokens, tokens - decodes, decodes, used)
+        ints = (len(new), tokens, tokens - decode_tokens, decodes, used)
         self.recorder.record_step(now, duration, (*ints, running, waiting, preempted, cached))
 
     def _finish(self, k: int, done: list[Sequence], end: float) -> None:

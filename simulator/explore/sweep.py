@@ -1,17 +1,14 @@
-"""A sweep: the cartesian product of grids over a base scenario, each point run (in parallel
-processes) into its own folder, and one summary row per point."""
+"""A sweep: the cartesian product of grids (``grid.py``) over a base scenario, each point run
+(in parallel processes) into its own folder, and one summary row per point."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
-import re
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,52 +19,34 @@ from simulator.config import (
     apply_overrides,
     dump_scenario,
     parse_overrides,
-    parse_value,
     read_yaml,
     validate,
 )
 from simulator.errors import InputError
 from simulator.explore.backend import Done
 from simulator.explore.backends import make_backend
+from simulator.explore.grid import (
+    GridPoint,
+    axis_text,
+    cell_keys,
+    grid_points,
+    parse_grid,
+    plot_keys,
+    seeded_grid,
+)
 
-
-@dataclass(frozen=True)
-class GridPoint:
-    """One run of a sweep: its position, its folder name and the grid values it sets."""
-
-    index: int
-    name: str
-    values: dict[str, Any]
-
-
-def parse_grid(items: list[str]) -> dict[str, list[Any]]:
-    """``["a.b=1,2", "c=x,y"]`` -> ``{"a.b": [1, 2], "c": ["x", "y"]}`` (YAML scalars)."""
-    grid: dict[str, list[Any]] = {}
-    for item in items:
-        key, sep, values = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise InputError(f"--grid {item!r}: expected dotted.key=v1,v2,...")
-        if key in grid:
-            raise InputError(f"--grid {key}: given twice")
-        parsed = [parse_value(v.strip()) for v in values.split(",") if v.strip()]
-        if not parsed:
-            raise InputError(f"--grid {key}: no values")
-        if len({json.dumps(v, sort_keys=True) for v in parsed}) != len(parsed):
-            raise InputError(f"--grid {key}: repeated values")
-        grid[key] = parsed
-    return grid
-
-
-def grid_points(grid: dict[str, list[Any]]) -> list[GridPoint]:
-    """The cartesian product in a fixed order (first key slowest), each with a folder name."""
-    keys = list(grid)
-    points = []
-    for i, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
-        values = dict(zip(keys, combo, strict=True))
-        label = "_".join(f"{k.split('.')[-1]}={v}" for k, v in values.items())
-        points.append(GridPoint(i, f"{i:03d}_{re.sub(r'[^A-Za-z0-9_.=-]+', '-', label)}", values))
-    return points
+__all__ = [
+    "GridPoint",
+    "base_yaml",
+    "check_points_fit",
+    "check_some_point_is_valid",
+    "grid_points",
+    "parse_grid",
+    "plot_keys",
+    "run_sweep",
+    "seeded_grid",
+    "sweep_base",
+]
 
 
 def _run_point(
@@ -120,7 +99,7 @@ def _take(point: GridPoint, done: Done, runs: Path) -> dict[str, Any]:
 
 
 def _row(point: GridPoint, summary: dict[str, Any] | None, error: str | None) -> dict[str, Any]:
-    row: dict[str, Any] = {key: _cell(v) for key, v in point.values.items()}
+    row: dict[str, Any] = {key: _cell(v) for key, v in point.cells.items()}
     row["run"] = point.name
     row.update(summary or {})
     row["status"] = "ok" if error is None else "failed"
@@ -189,7 +168,7 @@ def run_sweep(
     finally:
         bar.close()
     table = pd.DataFrame([rows[i] for i in range(len(points))])
-    for key in grid:
+    for key in cell_keys(grid):
         if table[key].map(type).nunique() > 1:  # mixed int/float grid values: one dtype
             table[key] = table[key].astype(str)
     return table
@@ -246,7 +225,7 @@ def sweep_base(
     base = read_yaml(scenario)
     if sets:
         overrides = parse_overrides(sets)
-        both = sorted(set(overrides) & set(grid))
+        both = sorted(set(overrides) & set(cell_keys(grid)))
         if both:
             # the grid would silently win over --set: make the user pick one
             raise InputError(f"--set {both[0]}: also a --grid key; give it in one of the two")
@@ -261,7 +240,7 @@ def base_yaml(
     the grid changes (each run's own resolved scenario is in ``runs/<point>/``)."""
     head = [f"# base scenario of a sweep: {source}"]
     head += [f"#   --set {item}" for item in sets or []]
-    head += [f"#   --grid {key}={','.join(map(str, values))}" for key, values in grid.items()]
+    head += [f"#   --grid {axis_text(axis, values)}" for axis, values in grid.items()]
     head.append("# each run's resolved scenario: runs/<point>/scenario.yaml")
     return "\n".join(head) + "\n" + dump_scenario(cfg)
 
@@ -281,7 +260,7 @@ def check_some_point_is_valid(base: dict[str, Any], grid: dict[str, list[Any]], 
     raise InputError(f"every grid point is invalid, e.g. {first}")
 
 
-_MEMORY_KEYS = ("scheduler", "cost_model", "cluster")
+_MEMORY_KEYS = ("scheduler", "cost_model", "cluster", "parallel")
 """Top-level keys a deployment's memory depends on (a grid of loads or seeds is checked once)."""
 
 
@@ -292,10 +271,10 @@ def check_points_fit(base: dict[str, Any], grid: dict[str, list[Any]], src: str)
     from simulator.feasibility import DoesNotFit
     from simulator.runner import resolve
 
-    keys = [k for k in grid if k.split(".")[0] in _MEMORY_KEYS]
+    keys = [k for k in cell_keys(grid) if k.split(".")[0] in _MEMORY_KEYS]
     seen: set[str] = set()
     for point in grid_points(grid):
-        key = json.dumps([point.values[k] for k in keys], sort_keys=True, default=str)
+        key = json.dumps([point.cells[k] for k in keys], sort_keys=True, default=str)
         if key in seen:
             continue
         seen.add(key)
@@ -305,15 +284,3 @@ def check_points_fit(base: dict[str, Any], grid: dict[str, list[Any]], src: str)
             raise InputError(f"{src} [{point.name}]: {err}") from None
         except InputError:
             continue  # an invalid point fails as a point of the sweep, as before
-
-
-def seeded_grid(grid: dict[str, list[Any]], seeds: int, first: int) -> dict[str, list[Any]]:
-    """The grid a sweep runs: with ``seeds`` > 1, every point once per seed ``first``,
-    ``first + 1``, ... (a ``seed`` column last, which the plots aggregate over)."""
-    if seeds < 1:
-        raise InputError(f"--seeds {seeds}: must be >= 1")
-    if seeds == 1:
-        return grid
-    if "seed" in grid:
-        raise InputError("--seeds: seed is also a --grid key; give it in one of the two")
-    return {**grid, "seed": [first + i for i in range(seeds)]}

@@ -185,23 +185,32 @@ def _apply_x(ax: Axes, xa: _Axis, label: str) -> None:
     ax.set_xlabel(label)
 
 
-def _palette(n: int) -> list[ColorType]:
-    """``n`` distinguishable colours: the default cycle, or viridis when there are many."""
+def _palette(n: int, parts: Sequence[pd.Series] = ()) -> list[ColorType]:
+    """``n`` distinguishable colours: the default cycle, or viridis when there are many; for
+    lines split by two keys the second of which takes two values, a dark and a light shade
+    of one colour per value of the first."""
+    if len(parts) == 2 and parts[1].nunique() == 2 and n == 2 * parts[0].nunique() <= 20:
+        return [colormaps["tab20"](i) for i in range(n)]
     if n <= 10:
         return [f"C{i}" for i in range(n)]
     return [colormaps["viridis"](v) for v in np.linspace(0, 0.95, n)]
 
 
 def _lines_for(ok: pd.DataFrame, others: Sequence[str]) -> _Lines:
-    """One line per value of the first varying other key; median over the remaining ones."""
+    """One line per combination of the varying other keys (``seed`` aside) when they make
+    at most ten, else per value of the first; medians over the keys not split by."""
     varying = [k for k in others if ok[k].map(_label).nunique() > 1]
-    if not varying:
+    split = [k for k in varying if k != "seed"] or varying[:1]
+    if not split:
         return _Lines(np.full(len(ok), "all"), ["all"], {"all": "C0"}, None, [])
-    split = varying[0]
-    groups = ok[split].map(_label)
-    order = sorted(groups.unique(), key=_natural_key)
-    colors = dict(zip(order, _palette(len(order)), strict=True))
-    return _Lines(groups.to_numpy(), order, colors, split, [k for k in varying if k != split])
+    if len(split) > 1 and len(ok[split].map(_label).drop_duplicates()) > 10:
+        split = split[:1]
+    parts = [ok[k].map(_label) for k in split]
+    groups = pd.Series([" / ".join(t) for t in zip(*parts, strict=True)], index=ok.index)
+    order = sorted(groups.unique(), key=lambda g: [_natural_key(v) for v in g.split(" / ")])
+    colors = dict(zip(order, _palette(len(order), parts), strict=True))
+    agg = [k for k in varying if k not in split]
+    return _Lines(groups.to_numpy(), order, colors, " / ".join(split), agg)
 
 
 def _per_x(x: np.ndarray, y: np.ndarray) -> pd.DataFrame:
