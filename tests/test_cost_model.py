@@ -293,3 +293,22 @@ def test_time_from_sums_is_step_time_to_the_last_bit(
     assert model.time_sums(StepSums.decode(len(rows), sum(c for _, c in rows))) == model.step_time(
         decodes
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(sorted(SUMS_MODELS)),
+    st.integers(1, 300),
+    st.integers(0, 200_000),
+    st.integers(0, 40),
+)
+def test_time_decodes_is_time_sums_step_by_step(
+    name: str, num_seqs: int, context: int, num_steps: int
+) -> None:
+    """A stretch of decode steps timed at once (``time_decodes``, which the roofline writes
+    out) takes exactly what ``time_sums`` says of each step, bit for bit."""
+    model = build_cost_model(CONFIG.validate_python(SUMS_MODELS[name]))
+    contexts = range(context, context + num_seqs * num_steps, num_seqs)
+    want = [model.time_sums(StepSums.decode(num_seqs, c)) for c in contexts]
+    assert model.time_decodes(num_seqs, contexts) == want
+    assert len(want) == num_steps

@@ -188,6 +188,26 @@ class RooflineCostModel(CostModel):
         t_roof = t_memory if t_memory > t_compute else t_compute  # max(), without the call
         return t_roof + self._comm_fixed + self._comm_per_token * tokens + self._overhead
 
+    def time_decodes(self, num_seqs: int, contexts: range) -> list[float]:
+        """``time_sums`` of decode steps of ``num_seqs`` sequences over ``contexts``: the
+        same arithmetic in the same order, with what does not change hoisted (most steps of
+        a run are timed here)."""
+        if self._ep is not None or not self._plain:
+            return super().time_decodes(num_seqs, contexts)
+        m = num_seqs
+        mm, attn = self._mm_flops_per_token * m, self._attn_flops_per_pair
+        weights, kv = self._weight_bytes, self._kv_bytes_per_token
+        compute, memory = self._compute_rate, self._memory_rate
+        fixed, per_token, overhead = self._comm_fixed, self._comm_per_token * m, self._overhead
+        # each decode sees its context and itself: pairs = context + m = KV after the step
+        return [
+            (tm if (tm := (weights + kv * p) / memory) > (tc := (mm + attn * p) / compute) else tc)
+            + fixed
+            + per_token
+            + overhead
+            for p in range(contexts.start + m, contexts.stop + m, contexts.step)
+        ]
+
     def _time(self, tokens: int, ctx: int, pairs: int, decode_pairs: int = 0) -> float:
         flops = self._mm_flops_per_token * tokens + self._attn_flops_per_pair * pairs
         nbytes = self._weight_bytes + self._kv_bytes_per_token * (ctx + tokens)
