@@ -139,10 +139,15 @@ class DeferredDecodes:
         got = pool.take(run.blocks_over(t, u, bs), False)  # their own: no references kept
         if not got:
             return
-        by_residue, i = run.by_residue, 0
-        for s in range(t + 1, u + 1):
-            for seq in by_residue[(1 - s) % bs]:
-                tables[seq].append(got[i])
+        # step by step, step ``t + 1 + j`` hands the next blocks to the members of residue
+        # ``(r - j) % bs``; the members are the same in every period of ``bs`` steps, which
+        # takes ``num_seqs`` blocks, so a member's blocks are every ``num_seqs``-th from its
+        # place in the first period: one slice each
+        by_residue, m, r = run.by_residue, run.num_seqs, -t % bs
+        i = 0
+        for j in range(min(u - t, bs)):
+            for seq in by_residue[(r - j) % bs]:
+                tables[seq] += got[i::m]
                 i += 1
         blocks.pool_changed()
 
