@@ -61,6 +61,7 @@ class FastWindow:
         self._time_decodes = cost_model.time_decodes
         self.end = 0.0
         """End of the latest step the window took (ahead of the clock while it runs)."""
+        self._guess = 0.0  # the last stretch step's time: how many steps to time at once
 
     def run(self) -> Generator[simpy.Event, Any, int]:
         """Take one window from now; return how many steps it took (0: none could)."""
@@ -139,6 +140,7 @@ class FastWindow:
         starts, durations, sizes, used = self._time_stretch(stretch, start, end, first)
         k = len(durations)
         last_start = starts[-1]
+        self._guess = durations[-1]
         last_end = last_start + durations[-1]
         held = last_end >= self.next_arrival()
         self.recorder.record_decode_steps(
@@ -201,9 +203,10 @@ class FastWindow:
             if arrival == float("inf"):
                 chunk = total - taken
             else:  # about the steps left before the arrival, from the last step's time
-                guess = (
-                    durations[-1] if durations else self._time_sums(StepSums.decode(m, contexts[0]))
-                )
+                # (any guess gives the same steps: a chunk taken whole is followed by another)
+                guess = durations[-1] if durations else self._guess
+                if not guess:
+                    guess = self._time_sums(StepSums.decode(m, contexts[0]))
                 chunk = min(total - taken, max(int((arrival - end) / guess), 0) + 2)
             each = time_decodes(m, contexts[taken : taken + chunk])
             ends = list(accumulate(each, initial=end))
@@ -232,6 +235,11 @@ def plan_sums(plan: StepPlan) -> StepSums:
     new, context = plan.num_new_tokens, plan.context_lens
     if not new:
         return StepSums.decode(m, ctx)
+    if len(new) == 1:  # the usual one: an admission or a prefill going on beside the group
+        n, c = new[0], context[0]
+        one = n == 1
+        pairs = ctx + m + n * c + (n * n + n) // 2
+        return StepSums(m + 1, m + one, m + n, ctx + c, ctx + c if one else ctx, pairs)
     tokens = sum(new)
     decode_context = ctx + sum(c for n, c in zip(new, context, strict=True) if n == 1)
     # each decode of the group sees its context and itself; a chunk of n on c tokens sees

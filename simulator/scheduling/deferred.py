@@ -104,8 +104,10 @@ class DeferredDecodes:
         out: list[tuple[int, list[Sequence]]] = []
         if hold_last:  # an empty plan of the group's step: its members finish when applied
             self._fast_plan, self._finishing = StepPlan([], [], [], 0, []), []
-        while run.num_seqs and run.next_finish() <= first + k:
+        while run.num_seqs:
             f = run.next_finish()
+            if f > first + k:
+                break
             if caching:
                 self._take_blocks(run, t, f)
             else:
