@@ -141,16 +141,21 @@ class DeferredDecodes:
         got = pool.take(run.blocks_over(t, u, bs), False)  # their own: no references kept
         if not got:
             return
-        # step by step, step ``t + 1 + j`` hands the next blocks to the members of residue
-        # ``(r - j) % bs``; the members are the same in every period of ``bs`` steps, which
-        # takes ``num_seqs`` blocks, so a member's blocks are every ``num_seqs``-th from its
-        # place in the first period: one slice each
-        by_residue, m, r = run.by_residue, run.num_seqs, -t % bs
-        i = 0
-        for j in range(min(u - t, bs)):
-            for seq in by_residue[(r - j) % bs]:
-                tables[seq] += got[i::m]
-                i += 1
+        by_residue, i = run.by_residue, 0
+        if u - t < 3 * bs:  # step by step
+            for s in range(t + 1, u + 1):
+                for seq in by_residue[(1 - s) % bs]:
+                    tables[seq].append(got[i])
+                    i += 1
+        else:  # long: the members are the same in every period of ``bs`` steps, which
+            # takes ``num_seqs`` blocks, so a member's blocks are every ``num_seqs``-th
+            # from its place in the first period (measured: one slice each beats one append
+            # per block from about three periods on)
+            m, r = run.num_seqs, -t % bs
+            for j in range(bs):
+                for seq in by_residue[(r - j) % bs]:
+                    tables[seq] += got[i::m]
+                    i += 1
         blocks.pool_changed()
 
     def decode_batch_ids(self) -> list[Hashable]:
