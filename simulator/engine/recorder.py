@@ -116,14 +116,16 @@ class Recorder:
             raise RuntimeError(f"cost model returned a non-positive step time {min(durations)!r}")
         counts, lengths = self._run_counts, self._run_lengths
         bounds = [j for j, _, _ in sizes[1:]] + [k]
+        segments: list[tuple[int, ...]] = []
+        rows: list[int] = []
         for (lo, m, kept), hi in zip(sizes, bounds, strict=True):
-            ints = (m, m, 0, m, 0, m, 0, 0, kept, *NO_MOVES)
-            steps = self._steps
-            steps.add_alike(starts[lo:hi], durations[lo:hi], blocks_used[lo:hi], ints, num_blocks)
+            segments.append((m, m, 0, m, 0, m, 0, 0, kept, *NO_MOVES))
+            rows.append(hi - lo)
             n = hi - lo - (open_last and hi == k)
             counts.append(m)
             lengths.append(n)
             self.num_tokens += m * n
+        self._steps.add_alike(starts, durations, blocks_used, segments, rows, num_blocks)
         # each token's gap as the plain path takes it: its step's end (a float sum) - start
         gaps = map(sub, map(add, starts, durations), starts)
         self._run_gaps.extend(islice(gaps, k - 1) if open_last else gaps)
