@@ -293,3 +293,45 @@ def test_time_from_sums_is_step_time_to_the_last_bit(
     assert model.time_sums(StepSums.decode(len(rows), sum(c for _, c in rows))) == model.step_time(
         decodes
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(sorted(SUMS_MODELS)),
+    st.integers(1, 3000),
+    st.integers(0, 2_000_000),
+    st.integers(0, 40),
+)
+def test_time_decodes_is_time_sums_step_by_step(
+    name: str, num_seqs: int, context: int, num_steps: int
+) -> None:
+    """A stretch of decode steps timed at once (``time_decodes``, which the roofline writes
+    out, taking the memory time alone where it clearly wins) takes exactly what ``time_sums``
+    says of each step, bit for bit; the batch sizes reach past the roofline's ridge, where
+    a stretch goes from memory- to compute-bound."""
+    model = build_cost_model(CONFIG.validate_python(SUMS_MODELS[name]))
+    contexts = range(context, context + num_seqs * num_steps, num_seqs)
+    want = [model.time_sums(StepSums.decode(num_seqs, c)) for c in contexts]
+    assert model.time_decodes(num_seqs, contexts) == want
+    assert len(want) == num_steps
+
+
+def test_time_decodes_across_the_ridge() -> None:
+    """A stretch whose steps go from compute- to memory-bound as the context grows (a
+    decode's attention reads more than it computes, so only this way) takes, step by step,
+    what ``time_sums`` says: the roofline takes the memory time alone only where it clearly
+    wins at both ends."""
+    model = build_cost_model(CONFIG.validate_python(SUMS_MODELS["roofline"]))
+    assert isinstance(model, RooflineCostModel)
+    steps = 8192  # each of ``m`` sequences goes from 0 to 8191 tokens of context
+    crossing = []
+    for m in range(1, 4000, 3):
+        terms = [model.breakdown(Batch.uniform(m, 1, c)) for c in (0, steps - 1)]
+        bound = [t["t_memory"] > t["t_compute"] for t in terms]
+        if bound[0] != bound[1]:
+            crossing.append(m)
+    assert crossing  # the ridge lies inside these stretches
+    for m in crossing[:3]:
+        contexts = range(0, m * steps, m)
+        want = [model.time_sums(StepSums.decode(m, c)) for c in contexts]
+        assert model.time_decodes(m, contexts) == want

@@ -109,3 +109,37 @@ def test_the_fast_path_is_the_plain_path(cfg: dict[str, Any]) -> None:
         slow.summary, sort_keys=True, default=str
     )
     assert (fast.checksums == slow.checksums).all()
+
+
+@pytest.mark.parametrize("policy", ["spec", "vllm-v1"])
+def test_long_decode_stretches_with_a_prefix_cache(policy: str) -> None:
+    """Rare arrivals and long outputs: stretches of many block periods, whose new blocks the
+    deferred group hands out a slice per member (``_take_blocks``), and the steps timed in
+    long chunks; the tables are those of the plain path, bit for bit."""
+    cfg: dict[str, Any] = {
+        "name": "long-stretches",
+        "seed": 3,
+        "scheduler": {
+            "policy": policy,
+            "max_num_batched_tokens": 256,
+            "max_num_seqs": 16,
+            "num_blocks": 400,
+            "block_size": 4,
+            "enable_prefix_caching": True,
+        },
+        "cost_model": {"type": "linear", "base_ms": 2, "per_token_ms": 0.03, "per_seq_ms": 0.1},
+        "workload": {
+            "num_requests": 30,
+            "arrival": {"process": "poisson", "rate": 2.0},
+            "prompt_len": {"dist": "uniform", "low": 1, "high": 120},
+            "output_len": {"dist": "uniform", "low": 100, "high": 300},
+        },
+    }
+    fast = simulator.runner.run(cfg, fast_decode=True)
+    slow = simulator.runner.run(cfg, fast_decode=False)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+    # steps between arrivals: far more than the three block periods past which a stretch's
+    # blocks are handed out a slice per member
+    gaps = fast.requests["arrival_s"].diff().dropna()
+    assert (gaps / fast.steps["duration_s"].max() > 3 * 4).mean() > 0.5

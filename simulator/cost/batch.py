@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from operator import mul
 from typing import NamedTuple
 
@@ -71,6 +72,14 @@ class StepSums(NamedTuple):
         return cls(
             len(new), new.count(1), sum(new), sum(ctx), decode_context, batch.attention_pairs()
         )
+
+
+def decode_sums(m: int, contexts: range) -> Iterator[StepSums]:
+    """The sums of decode steps of ``m`` sequences over ``contexts``, as plain tuples in
+    ``StepSums`` order (built in C, and no object the garbage collector tracks: most steps
+    of a run are timed from these; ``CostModel.time_sums`` reads its record by position)."""
+    pairs = range(contexts.start + m, contexts.stop + m, contexts.step)
+    return zip(repeat(m), repeat(m), repeat(m), contexts, contexts, pairs)  # type: ignore[return-value]
 
 
 def uniform_attention_pairs(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from simulator.cost.batch import Batch, StepSums
+from simulator.cost.batch import Batch, StepSums, decode_sums
 
 
 class CostModel(ABC):
@@ -26,3 +26,9 @@ class CostModel(ABC):
         ``step_time`` of any batch with them to the last bit (only called when
         ``times_from_sums``)."""
         raise NotImplementedError(f"{type(self).__name__} times steps only from whole batches")
+
+    def time_decodes(self, num_seqs: int, contexts: range) -> list[float]:
+        """``time_sums`` of the decode steps of ``num_seqs`` sequences holding ``contexts[i]``
+        KV tokens in all before step ``i`` (a stretch of deferred decode steps), to the last
+        bit; a cost model may time them all at once."""
+        return list(map(self.time_sums, decode_sums(num_seqs, contexts)))

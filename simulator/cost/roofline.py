@@ -56,6 +56,11 @@ class RooflineCostConfig(BaseModel):
     ranks' tokens over ``interconnect_bandwidth`` (default: the hardware preset's)."""
 
 
+_CLEAR = 1 + 1e-9
+"""How far one roofline term must beat the other at both ends of a stretch of decode steps
+for ``time_decodes`` to take it at every step between (rounding moves each by a few ulps)."""
+
+
 class RooflineCostModel(CostModel):
     """``max(FLOPs / compute rate, bytes / memory rate) + all-reduce + overhead`` per GPU."""
 
@@ -187,6 +192,37 @@ class RooflineCostModel(CostModel):
         t_compute, t_memory = flops / self._compute_rate, nbytes / self._memory_rate
         t_roof = t_memory if t_memory > t_compute else t_compute  # max(), without the call
         return t_roof + self._comm_fixed + self._comm_per_token * tokens + self._overhead
+
+    def time_decodes(self, num_seqs: int, contexts: range) -> list[float]:
+        """``time_sums`` of decode steps of ``num_seqs`` sequences over ``contexts``: the
+        same arithmetic in the same order, with what does not change hoisted (most steps of
+        a run are timed here)."""
+        if self._ep is not None or not self._plain:
+            return super().time_decodes(num_seqs, contexts)
+        m = num_seqs
+        mm, attn = self._mm_flops_per_token * m, self._attn_flops_per_pair
+        weights, kv = self._weight_bytes, self._kv_bytes_per_token
+        compute, memory = self._compute_rate, self._memory_rate
+        fixed, per_token, overhead = self._comm_fixed, self._comm_per_token * m, self._overhead
+        # each decode sees its context and itself: pairs = context + m = KV after the step
+        pairs = range(contexts.start + m, contexts.stop + m, contexts.step)
+        if not pairs:
+            return []
+        # Both times are affine in ``p`` and computed to a few ulps of it: when the memory
+        # time beats the compute time by a relative 1e-9 at both ends, it beats it (by far
+        # more than rounding) at every step between, so ``max`` is the memory time there
+        lo, hi = pairs[0], pairs[-1]
+        if (weights + kv * lo) / memory > (mm + attn * lo) / compute * _CLEAR and (
+            weights + kv * hi
+        ) / memory > (mm + attn * hi) / compute * _CLEAR:
+            return [(weights + kv * p) / memory + fixed + per_token + overhead for p in pairs]
+        return [
+            (tm if (tm := (weights + kv * p) / memory) > (tc := (mm + attn * p) / compute) else tc)
+            + fixed
+            + per_token
+            + overhead
+            for p in pairs
+        ]
 
     def _time(self, tokens: int, ctx: int, pairs: int, decode_pairs: int = 0) -> float:
         flops = self._mm_flops_per_token * tokens + self._attn_flops_per_pair * pairs

@@ -17,8 +17,8 @@ step-by-step timeouts would have landed (``start + sum`` in float is not always 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Generator, Iterator
-from itertools import accumulate, islice, repeat
+from collections.abc import Callable, Generator
+from itertools import accumulate, islice
 from operator import mul
 from typing import Any
 
@@ -58,8 +58,10 @@ class FastWindow:
         self.cut_at_finish = cut_at_finish
         """End a stretch where requests finish (in a closed loop their slots send new ones)."""
         self._time_sums = cost_model.time_sums
+        self._time_decodes = cost_model.time_decodes
         self.end = 0.0
         """End of the latest step the window took (ahead of the clock while it runs)."""
+        self._guess = 0.0  # the last stretch step's time: how many steps to time at once
 
     def run(self) -> Generator[simpy.Event, Any, int]:
         """Take one window from now; return how many steps it took (0: none could)."""
@@ -138,6 +140,7 @@ class FastWindow:
         starts, durations, sizes, used = self._time_stretch(stretch, start, end, first)
         k = len(durations)
         last_start = starts[-1]
+        self._guess = durations[-1]
         last_end = last_start + durations[-1]
         held = last_end >= self.next_arrival()
         self.recorder.record_decode_steps(
@@ -186,29 +189,36 @@ class FastWindow:
     ) -> tuple[int, bool, float]:
         """Time the decode steps of ``m`` sequences over ``contexts`` from ``end`` that start
         before ``arrival`` (the first anyway when ``first``), adding to ``starts`` and
-        ``durations``, a chunk at a time (the cost model called from C, the ends summed in
-        C, in the same order as one by one); stop after a step whose end a timeout from
+        ``durations``, a chunk at a time (``CostModel.time_decodes``, the ends summed in C,
+        in the same order as one by one); stop after a step whose end a timeout from
         ``start`` would not land on exactly. ``times`` is (start, end, arrival). Return the
         steps taken, whether that cut them, and the end of the last."""
-        time_sums = self._time_sums
+        time_decodes = self._time_decodes
         start, end, arrival = times
+        # an end at most twice ``start`` is always landed on: ``end - start`` is then exact
+        # (Sterbenz), and so is ``start`` plus it; only past that are the ends checked
+        exact_below = 2 * start if start > 0 else float("inf")
         taken, total = 0, len(contexts)
         while taken < total:
             if arrival == float("inf"):
                 chunk = total - taken
             else:  # about the steps left before the arrival, from the last step's time
-                guess = durations[-1] if durations else time_sums(StepSums.decode(m, contexts[0]))
+                # (any guess gives the same steps: a chunk taken whole is followed by another)
+                guess = durations[-1] if durations else self._guess
+                if not guess:
+                    guess = self._time_sums(StepSums.decode(m, contexts[0]))
                 chunk = min(total - taken, max(int((arrival - end) / guess), 0) + 2)
-            each = list(map(time_sums, decode_sums(m, contexts[taken : taken + chunk])))
+            each = time_decodes(m, contexts[taken : taken + chunk])
             ends = list(accumulate(each, initial=end))
             k = bisect_left(ends, arrival, 0, chunk)  # steps that start before the arrival
             if not k and first and not taken:
                 k = 1
-            for i in range(1, k + 1):
-                if start + (ends[i] - start) != ends[i]:
-                    starts += ends[:i]
-                    durations += each[:i]
-                    return taken + i, True, ends[i]
+            if ends[k] > exact_below:
+                for i in range(1, k + 1):
+                    if start + (ends[i] - start) != ends[i]:
+                        starts += ends[:i]
+                        durations += each[:i]
+                        return taken + i, True, ends[i]
             starts += ends[:k]
             durations += each[:k]
             taken += k
@@ -218,14 +228,6 @@ class FastWindow:
         return taken, False, end
 
 
-def decode_sums(m: int, contexts: range) -> Iterator[StepSums]:
-    """The sums of decode steps of ``m`` sequences over ``contexts``, as plain tuples in
-    ``StepSums`` order (built in C, and no object the garbage collector tracks: most steps
-    of a run are timed from these; ``CostModel.time_sums`` reads its record by position)."""
-    pairs = range(contexts.start + m, contexts.stop + m, contexts.step)
-    return zip(repeat(m), repeat(m), repeat(m), contexts, contexts, pairs)  # type: ignore[return-value]
-
-
 def plan_sums(plan: StepPlan) -> StepSums:
     """The ``StepSums`` of a step from its plan: O(1) for its deferred decode group, O(1) for
     each other sequence."""
@@ -233,6 +235,11 @@ def plan_sums(plan: StepPlan) -> StepSums:
     new, context = plan.num_new_tokens, plan.context_lens
     if not new:
         return StepSums.decode(m, ctx)
+    if len(new) == 1:  # the usual one: an admission or a prefill going on beside the group
+        n, c = new[0], context[0]
+        one = n == 1
+        pairs = ctx + m + n * c + (n * n + n) // 2
+        return StepSums(m + 1, m + one, m + n, ctx + c, ctx + c if one else ctx, pairs)
     tokens = sum(new)
     decode_context = ctx + sum(c for n, c in zip(new, context, strict=True) if n == 1)
     # each decode of the group sees its context and itself; a chunk of n on c tokens sees

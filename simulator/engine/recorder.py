@@ -75,7 +75,8 @@ class Recorder:
         self._steps = StepBuffer(num_blocks, sink, self.step_stats, CHUNK_STEPS)
         self._gaps: list[float] = []  # gaps of single tokens
         self._run_gaps: list[float] = []  # gaps shared by a whole deferred decode step ...
-        self._run_counts: list[int] = []  # ... and how many tokens share each
+        self._run_counts: list[int] = []  # ... how many tokens share each, in runs of
+        self._run_lengths: list[int] = []  # ... this many gaps (a segment's steps share one)
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -113,15 +114,18 @@ class Recorder:
             return
         if not min(durations) > 0:
             raise RuntimeError(f"cost model returned a non-positive step time {min(durations)!r}")
-        counts = self._run_counts
+        counts, lengths = self._run_counts, self._run_lengths
         bounds = [j for j, _, _ in sizes[1:]] + [k]
+        segments: list[tuple[int, ...]] = []
+        rows: list[int] = []
         for (lo, m, kept), hi in zip(sizes, bounds, strict=True):
-            ints = (m, m, 0, m, 0, m, 0, 0, kept, *NO_MOVES)
-            steps = self._steps
-            steps.add_alike(starts[lo:hi], durations[lo:hi], blocks_used[lo:hi], ints, num_blocks)
+            segments.append((m, m, 0, m, 0, m, 0, 0, kept, *NO_MOVES))
+            rows.append(hi - lo)
             n = hi - lo - (open_last and hi == k)
-            counts.extend([m] * n)
+            counts.append(m)
+            lengths.append(n)
             self.num_tokens += m * n
+        self._steps.add_alike(starts, durations, blocks_used, segments, rows, num_blocks)
         # each token's gap as the plain path takes it: its step's end (a float sum) - start
         gaps = map(sub, map(add, starts, durations), starts)
         self._run_gaps.extend(islice(gaps, k - 1) if open_last else gaps)
@@ -189,6 +193,7 @@ class Recorder:
         ``start``, so each adds the gap ``end - start``."""
         self._run_gaps.append(end - start)
         self._run_counts.append(num_seqs)
+        self._run_lengths.append(1)
         self.num_tokens += num_seqs
         if len(self._run_gaps) >= CHUNK_GAPS:
             self._flush_gaps()
@@ -204,9 +209,12 @@ class Recorder:
         self.itl.add(np.array(self._gaps, dtype=np.float64))
         self.itl.add(
             np.array(self._run_gaps, dtype=np.float64),
-            np.array(self._run_counts, dtype=np.int64),
+            np.repeat(
+                np.array(self._run_counts, dtype=np.int64),
+                np.array(self._run_lengths, dtype=np.int64),
+            ),
         )
-        self._gaps, self._run_gaps, self._run_counts = [], [], []
+        self._gaps, self._run_gaps, self._run_counts, self._run_lengths = [], [], [], []
 
     # -- requests ------------------------------------------------------------------------------
 

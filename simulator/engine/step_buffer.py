@@ -72,19 +72,23 @@ class StepBuffer:
         starts: list[float],
         durations: list[float],
         blocks_used: list[int],
-        ints: tuple[int, ...],
+        segments: list[tuple[int, ...]],
+        lengths: list[int],
         num_blocks: int = 0,
     ) -> None:
-        """Rows that share ``ints`` (``STEP_INT_FIELDS``) but for their blocks used, and with
-        ``num_blocks`` their cached blocks, which are at most ``num_blocks - blocks used``."""
+        """Rows in segments of alike rows: the next ``lengths[i]`` rows share ``segments[i]``
+        (``STEP_INT_FIELDS``) but for their blocks used, and with ``num_blocks`` their
+        cached blocks, which are at most ``num_blocks - blocks used``."""
         if num_blocks:
-            self._capped.append(len(self._lengths))
-            self._caps.append(num_blocks)
-        self._starts.extend(starts)
-        self._durations.extend(durations)
-        self._used.extend(blocks_used)
-        self._segments.extend(ints)
-        self._lengths.append(len(blocks_used))
+            first = len(self._lengths)
+            self._capped.extend(range(first, first + len(lengths)))
+            self._caps.extend([num_blocks] * len(lengths))
+        self._starts += starts
+        self._durations += durations
+        self._used += blocks_used
+        for ints in segments:
+            self._segments += ints
+        self._lengths += lengths
         if len(self._used) + self._num_carried >= self._chunk:
             self.flush()
 

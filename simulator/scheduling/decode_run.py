@@ -119,12 +119,14 @@ class DecodeRun:
     def blocks_over(self, t: int, u: int, block_size: int) -> int:
         """Blocks the members need for steps ``t + 1`` .. ``u`` (nobody leaving)."""
         k = u - t
-        # every member enters a new block once in ``block_size`` steps
+        # every member enters a new block once in ``block_size`` steps; the ``r`` steps left
+        # over take ``crossing[(1 - s) % block_size]``: a run of residues going down from
+        # ``i``, wrapping around, summed as slices
         grow = k // block_size * self.num_seqs
-        crossing = self.crossing
-        return grow + sum(
-            crossing[(1 - s) % block_size] for s in range(t + 1, t + k % block_size + 1)
-        )
+        crossing, r, i = self.crossing, k % block_size, -t % block_size
+        if r <= i + 1:
+            return grow + sum(crossing[i - r + 1 : i + 1])
+        return grow + sum(crossing[: i + 1]) + sum(crossing[i - r + 1 + block_size :])
 
     def segments(
         self, used: int, num_blocks: int, block_size: int, cached: int | None = None
@@ -152,10 +154,15 @@ class DecodeRun:
             # the members' new blocks repeat with the block size: ``pattern[i]`` at step t + i
             r = (1 - t) % block_size  # pattern[i] = crossing[(r - i) % block_size]
             pattern = crossing[r::-1] + crossing[:r:-1]
-            length = min(last - t + 1, _steps_that_fit(pattern, m, num_blocks - used))
-            if not length:
-                return
+            # the blocks the steps up to the finish take, if they fit (they mostly do); else
+            # as many steps as fit
+            length = last - t + 1
             grown = length // block_size * m + sum(pattern[: length % block_size])
+            if grown > num_blocks - used:
+                length = _steps_that_fit(pattern, m, num_blocks - used)
+                if not length:
+                    return
+                grown = length // block_size * m + sum(pattern[: length % block_size])
             used_each = islice(accumulate(cycle(pattern), initial=used), 1, length + 1)
             start = offsets + m * (t - 1)
             if t + length - 1 < last:  # the blocks run out first
