@@ -151,3 +151,15 @@ def test_data_parallel_ranks_follow_the_schedule_too() -> None:
     sent = req["arrival_s"].to_numpy()
     assert (in_flight(req, sent) <= cap_at(sent, CAPS)).all()
     np.testing.assert_array_equal(in_flight(req, np.array([3.0, 10.0])), [4, 24])
+
+
+def test_an_arrival_after_a_raised_cap_is_sent_under_the_new_cap() -> None:
+    # no client at first, then one: a request arriving after the first two were served must be
+    # sent under the cap of its time, not the first one (which left it waiting forever)
+    spec = scenario([[0.0, 0], [1.0, 1]], num_requests=3)
+    spec["workload"]["arrival"] = {"process": "poisson", "rate": 2.0}
+    spec["seed"] = 0
+    req = run(spec).requests
+    sent = req["arrival_s"].to_numpy()
+    assert (sent >= 1.0).all() and req["finish_s"].notna().all()
+    assert (in_flight(req, sent) <= 1).all()

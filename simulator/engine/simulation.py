@@ -153,12 +153,12 @@ class Simulation:
 
     def _arrivals(self) -> simpy.events.ProcessGenerator:
         env = self.env
-        limit = self.max_concurrency
         for i, t in enumerate(self.queued_s.tolist()):
             if t > env.now:
                 # the instant simpy will resume us, which the server's windows must not pass
                 self._next_arrival, wake = sleep_until(env, t)
                 yield wake
+            limit = self.max_concurrency  # read each time: a schedule changes it
             if limit is not None and (self._backlog or self._in_flight >= limit):
                 self._backlog.append(i)
             else:
