@@ -20,7 +20,7 @@ from simulator.cost.learn.run import learn
 from simulator.cost.learn.sources import Source, Sources, default_sources_path, load_sources, sha256
 from simulator.cost.learn.steps import group_errors
 from simulator.cost.physics_params import load_params
-from simulator.cost.physics_terms import attention_time
+from simulator.cost.physics_terms import GPU_CURVES, attention_time, chunk_wave, decode_seq_time
 from simulator.errors import InputError
 from tests.paths import DATA, ROOT
 
@@ -212,3 +212,72 @@ def test_a_dense_config_json_is_priced_like_its_preset() -> None:
     path = DATA / "llmservingsim" / "models" / "Llama-3.1-8B.json"
     batch = Batch((300, 1, 1), (0, 700, 900))
     assert physics(model=str(path)).step_time(batch) == physics().step_time(batch)
+
+
+def test_a_measured_gpu_prices_with_its_own_curves() -> None:
+    """A GPU measured on the stack priced gets its own value of each curve in ``GPU_CURVES``
+    (its scale times the stack's); another stack's GPU (Vidur's), an unmeasured one, or
+    ``gpu_fit: false`` get the stack's curves."""
+    params = load_params(None)
+    own = params.gpus["rtx-4090"]
+    assert own.own_stack and set(GPU_CURVES) <= set(type(own).model_fields)
+    p, _, _ = params.for_gpu("rtx-4090")
+    for scale, name in GPU_CURVES.items():
+        assert p[name] == pytest.approx(params.shared[name] * getattr(own, scale), rel=1e-12)
+    assert any(getattr(own, scale) != 1.0 for scale in GPU_CURVES)
+    assert not params.gpus["a100-80gb"].own_stack
+    for name, fitted in (("a100-80gb", True), ("h200", True), ("rtx-4090", False)):
+        p, _, _ = params.for_gpu(name, fitted)
+        assert p == params.shared
+    # what the fit saw of another stack's GPU: its curve scales too
+    seen, _, m = params.as_fitted("a100-80gb")
+    assert m == params.gpus["a100-80gb"].memory_scale
+    assert seen["gemm_tiled_memory"] == pytest.approx(
+        params.shared["gemm_tiled_memory"] * params.gpus["a100-80gb"].tiled_scale
+    )
+
+
+def test_a_prefill_chunk_is_priced_in_whole_passes_of_the_kernel() -> None:
+    """Over a long cached context, a chunk of up to ``Q_ROWS`` query rows (tokens x query
+    heads) costs one pass, as LLMServingSim's profiles measure (16 to 256 tokens with 32
+    heads: the same time); past it, a step per pass."""
+    model = physics()
+    wave = chunk_wave(model.shape.q_heads)
+    assert wave == 256  # Llama-3.1-8B on one GPU: 32 query heads
+
+    def attention(pc: int) -> float:
+        s = StepSums.of(Batch((pc,), (16384,)))
+        return model.time_sums(s) - model._tokens(pc) - model._sequences(1)
+
+    short, full, over = attention(16), attention(256), attention(257)
+    assert full == pytest.approx(short, rel=0.05)
+    assert over > 1.5 * full
+    assert attention(512) == pytest.approx(over, rel=0.05)
+
+
+def test_decodes_per_sequence_work_levels_off() -> None:
+    """In a decode-only step the decodes' per-sequence work grows ~linearly while few and
+    levels off past ``decode_units`` work units."""
+    p = load_params(None).shared
+    one = decode_seq_time(np.array([1.0]), 8, p)[0]
+    assert one == pytest.approx(p["decode_seq_us"] * 1e-6 / (1 + 8 / p["decode_units"]))
+    many = decode_seq_time(np.array([1e7]), 8, p)[0]
+    assert many == pytest.approx(p["decode_seq_us"] * 1e-6 * p["decode_units"] / 8, rel=1e-4)
+    assert decode_seq_time(np.array([64.0]), 8, p)[0] < 64 * one
+
+
+def test_a_decode_only_step_pays_the_decode_kernels_fixed_cost() -> None:
+    """``decode_step_us`` is in a decode-only step's attention, not in a mixed one's."""
+    model = physics()
+    p, _, _ = load_params(None).for_gpu("rtx-4090")
+    fit = load_params(None).gpus["rtx-4090"]
+    flops, bw = 165.2e12 * fit.compute_scale, 1.008e12 * fit.memory_scale
+    args = (np.array([0.0]), np.array([0.0]), np.array([0.0]), np.array([8.0]))
+    alone = attention_time(*args, np.array([8000.0]), model.shape, flops, bw, p)[0]
+    p0 = {**p, "decode_step_us": p["decode_step_us"] * 2}
+    twice = attention_time(*args, np.array([8000.0]), model.shape, flops, bw, p0)[0]
+    assert twice - alone == pytest.approx(p["decode_step_us"] * 1e-6, rel=1e-9)
+    mixed = (np.array([64.0]), np.array([0.0]), np.array([64.0 * 65 / 2]), np.array([8.0]))
+    a = attention_time(*mixed, np.array([8000.0]), model.shape, flops, bw, p)[0]
+    b = attention_time(*mixed, np.array([8000.0]), model.shape, flops, bw, p0)[0]
+    assert a == b

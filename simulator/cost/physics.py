@@ -24,7 +24,7 @@ from simulator.cost.batch import Batch, StepSums
 from simulator.cost.dtypes import Dtype
 from simulator.cost.interface import CostModel
 from simulator.cost.physics_params import PhysicsParams
-from simulator.cost.physics_terms import Q_TILE, RankShape, sequence_time, token_time
+from simulator.cost.physics_terms import RankShape, chunk_wave, sequence_time, token_time
 from simulator.cost.presets import HardwareSpec, ModelSpec
 from simulator.cost.roofline import matmul_peak
 from simulator.errors import InputError
@@ -86,9 +86,7 @@ class PhysicsCostModel(CostModel):
                 )
             model.experts_per_rank(ep)  # EP must divide the experts
         self.cfg, self.model, self.hw = cfg, model, hw
-        p, c_scale, m_scale = params.for_gpu(hw.name)
-        if not cfg.gpu_fit:
-            c_scale = m_scale = 1.0
+        p, c_scale, m_scale = params.for_gpu(hw.name, cfg.gpu_fit)
         self._p = p
         self._flops = hw.peak_flops * c_scale
         where = "cost_model.weight_dtype" if cfg.weight_dtype else ""
@@ -125,6 +123,7 @@ class PhysicsCostModel(CostModel):
         rate = self._flops * p["prefill_compute"]
         self._a_launch = layers * p["attn_launch_us"] * _US
         self._a_causal = p["prefill_causal"]
+        self._a_wave = chunk_wave(s.q_heads)
         self._a_pair = layers * s.prefill_flops_per_pair / rate
         self._a_ctx = layers * s.context_flops_per_token / rate  # MLA: decompress the latent
         self._a_dpair = layers * s.decode_flops_per_pair / rate  # MLA: decodes over the latent
@@ -133,6 +132,8 @@ class PhysicsCostModel(CostModel):
         self._a_dread = layers * kvb / (self._bw * p["decode_memory"])
         self._a_occ = p["decode_occupancy"] / math.sqrt(s.kv_heads)
         self._a_seq = layers * p["decode_seq_us"] * _US
+        self._a_dstep = layers * p["decode_step_us"] * _US
+        self._a_units = s.kv_heads / p["decode_units"]
         self._a_mixed = p["mixed_decode"]
 
     # -- the step ------------------------------------------------------------------------
@@ -148,7 +149,8 @@ class PhysicsCostModel(CostModel):
             pairs = all_pairs - (decode_context + nd)
             kvp = context - decode_context
             tri = min(pc * (pc + 1) / 2, pairs)
-            pad = (Q_TILE - pc) * kvp if pc < Q_TILE else 0
+            wave = self._a_wave
+            pad = (math.ceil(pc / wave) * wave - pc) * kvp
             compute = self._a_pair * (pairs - tri + pad + tri / self._a_causal)
             if self._a_ctx:
                 compute += self._a_ctx * kvp
@@ -161,8 +163,10 @@ class PhysicsCostModel(CostModel):
             if self._a_dpair:
                 q, dcompute = self._a_sharp, self._a_dpair * (decode_context + nd)
                 read = (read**q + dcompute**q) ** (1.0 / q)
-            decode = read + self._a_seq * nd
-            t += decode * self._a_mixed if pc > 0 else decode
+            if pc > 0:
+                t += (read + self._a_seq * nd) * self._a_mixed
+            else:  # decode_seq_time, and the decode kernel's fixed part
+                t += read + self._a_seq * nd / (1.0 + nd * self._a_units) + self._a_dstep
         return t
 
     def step_time(self, batch: Batch) -> float:

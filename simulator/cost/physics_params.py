@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from simulator.cost.physics_terms import PER_GPU, SHARED
+from simulator.cost.physics_terms import GPU_CURVES, PER_GPU, SHARED, gpu_params
 from simulator.cost.presets import HardwareSpec, configs_dir, load_yaml_model
 from simulator.errors import InputError
 
@@ -31,11 +31,22 @@ class GpuFit(BaseModel):
     """Achieved matmul peak relative to the preset's ``peak_flops`` x ``gemm_compute``."""
     memory_scale: float = Field(gt=0, allow_inf_nan=False)
     """Achieved bandwidth relative to the preset's ``hbm_bandwidth`` x each term's efficiency."""
+    tiled_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """This GPU's tiled matmul kernels' weight streaming relative to ``gemm_tiled_memory``."""
+    ridge_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """This GPU's ``gemm_sharpness`` relative to the stack's (how sharply its matmuls turn
+    from memory- to compute-bound)."""
+    decode_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """This GPU's decode attention bandwidth relative to ``decode_memory``."""
     own_stack: bool = True
     """Measured on the stack priced. ``false``: only on another stack (Vidur's 2024 profiler),
-    whose memory-bound end is that stack's, not vLLM 0.19's: its memory scale took up the
-    other stack's level in the fit and is not used in pricing (its cuBLAS compute scale
-    is)."""
+    whose memory-bound end is that stack's, not vLLM 0.19's: its memory and curve scales took
+    up the other stack's level in the fit and are not used in pricing (its cuBLAS compute
+    scale is)."""
+
+    def curve_scales(self) -> dict[str, float]:
+        """The scales of ``GPU_CURVES`` by name."""
+        return {k: getattr(self, k) for k in GPU_CURVES}
 
 
 class GroupError(BaseModel):
@@ -110,12 +121,24 @@ class PhysicsParams(BaseModel):
             raise ValueError(f"{bad[0]} must be a finite number > 0")
         return value
 
-    def for_gpu(self, name: str) -> tuple[dict[str, float], float, float]:
-        """(shared parameters, compute scale, memory scale) for hardware preset ``name``."""
+    def for_gpu(self, name: str, fitted: bool = True) -> tuple[dict[str, float], float, float]:
+        """(curve parameters, compute scale, memory scale) to price hardware preset ``name``:
+        the stack's curves and the spec sheet where it has no fit on the stack priced (or
+        ``fitted`` is false), else its own."""
+        fit = self.gpus.get(name) if fitted else None
+        if fit is None:
+            return dict(self.shared), 1.0, 1.0
+        if not fit.own_stack:  # another stack's memory-bound end: its cuBLAS peak only
+            return dict(self.shared), fit.compute_scale, 1.0
+        return gpu_params(self.shared, fit.curve_scales()), fit.compute_scale, fit.memory_scale
+
+    def as_fitted(self, name: str) -> tuple[dict[str, float], float, float]:
+        """``for_gpu`` with every fitted scale of ``name``, another stack's too (how the fit
+        saw its measurements)."""
         fit = self.gpus.get(name)
         if fit is None:
             return dict(self.shared), 1.0, 1.0
-        return dict(self.shared), fit.compute_scale, fit.memory_scale if fit.own_stack else 1.0
+        return gpu_params(self.shared, fit.curve_scales()), fit.compute_scale, fit.memory_scale
 
     def link_for(self, hw: HardwareSpec) -> tuple[float | None, float]:
         """(bandwidth, latency in us) of one all-reduce on ``hw``'s link: learned where

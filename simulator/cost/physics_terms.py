@@ -14,7 +14,19 @@ from numpy.typing import NDArray
 
 from simulator.cost.physics_shape import RankShape
 
-__all__ = ["PER_GPU", "Q_TILE", "SHARED", "RankShape", "attention_time", "moe_time", "token_time"]
+__all__ = [
+    "GPU_CURVES",
+    "PER_GPU",
+    "Q_ROWS",
+    "SHARED",
+    "RankShape",
+    "attention_time",
+    "decode_seq_time",
+    "chunk_wave",
+    "gpu_params",
+    "moe_time",
+    "token_time",
+]
 
 Array = NDArray[np.float64]
 
@@ -38,6 +50,8 @@ SHARED = (
     "decode_memory",
     "decode_occupancy",
     "decode_seq_us",
+    "decode_step_us",
+    "decode_units",
     "mixed_decode",
     "sampler_us",
     "sampler_memory",
@@ -48,9 +62,25 @@ SHARED = (
     "moe_sharpness",
 )
 """Parameters of the serving stack, the same on every GPU (see ``docs/cost_models.md``)."""
-PER_GPU = ("compute_scale", "memory_scale")
-"""Per measured GPU: achieved peak FLOPs and bandwidth relative to its spec sheet (1 for a GPU
-with no measurements)."""
+PER_GPU = (
+    "compute_scale",
+    "memory_scale",
+    "tiled_scale",
+    "ridge_scale",
+    "decode_scale",
+)
+"""Per measured GPU: achieved peak FLOPs and bandwidth relative to its spec sheet, and its
+own value of the curves in ``GPU_CURVES`` relative to the stack's (1 for a GPU with no
+measurements)."""
+GPU_CURVES = {
+    "tiled_scale": "gemm_tiled_memory",
+    "ridge_scale": "gemm_sharpness",
+    "decode_scale": "decode_memory",
+}
+"""The per-GPU scales that multiply a shared curve parameter (the rest scale the spec sheet):
+where GPUs of one stack differ by more than their peak and bandwidth (the step from the
+skinny to the tiled matmul kernels: ~7% on the RTX 4090, ~3% on the RTX PRO 6000; how
+sharply a matmul turns compute-bound; decode attention's bandwidth against the matmuls')."""
 
 Params = Mapping[str, float]
 
@@ -58,6 +88,15 @@ _US = 1e-6
 GEMV_TOKENS = 16
 """Most rows the matmul library serves with its skinny (GEMV-like) kernels (LLMServingSim's
 RTX 4090 and RTX PRO 6000 profiles: every matmul steps up by 5-8% from 16 to 20 tokens)."""
+
+
+def gpu_params(shared: Params, scales: Mapping[str, float]) -> dict[str, float]:
+    """The curve parameters of one GPU: the stack's, each in ``GPU_CURVES`` times the GPU's
+    scale for it (a scale not given: 1)."""
+    out = dict(shared)
+    for scale, name in GPU_CURVES.items():
+        out[name] = out[name] * scales.get(scale, 1.0)
+    return out
 
 
 def smooth_max(a: Array, b: Array, sharpness: float) -> Array:
@@ -106,9 +145,28 @@ def sampler_time(seqs: Array, vocab: int, bw: float, p: Params) -> Array:
     return np.where(seqs > 0, t, 0.0)
 
 
-Q_TILE = 128
-"""Query rows of one attention tile (FlashAttention's block): a chunk shorter than this still
-computes a whole tile against its context."""
+Q_ROWS = 8192
+"""Query rows (chunk tokens x query heads on the rank) the prefill kernel computes in one
+pass over the cached context: a chunk of fewer rows costs as much as a full pass, a longer
+one whole passes (LLMServingSim's RTX 4090 and RTX PRO 6000 attention profiles, Llama-3.1-8B
+TP 1 and 2 and Qwen3-30B-A3B: over 16k cached tokens, time flat in the chunk up to 8,192
+rows, then a step per 8,192)."""
+
+
+def chunk_wave(q_heads: int) -> float:
+    """Chunk tokens in one of the prefill kernel's passes (``Q_ROWS`` over the rank's query
+    heads)."""
+    return Q_ROWS / max(q_heads, 1)
+
+
+def decode_seq_time(nd: Array | float, kv_heads: int, p: Params) -> Array:
+    """Seconds of the decodes' per-sequence work in one layer of a decode-only step:
+    ``decode_seq_us`` each while few, levelling off once their work units (decodes x KV
+    heads) pass ``decode_units``, as the GPU overlaps them (LLMServingSim's decode profiles:
+    the part of a decode step not proportional to the KV read grows ~0.8 us per decode up
+    to ~32 decodes on an RTX 4090, then stays near 40-60 us)."""
+    nd = np.asarray(nd, dtype=float)
+    return np.asarray(p["decode_seq_us"] * _US * nd / (1.0 + nd * kv_heads / p["decode_units"]))
 
 
 def attention_time(
@@ -124,18 +182,19 @@ def attention_time(
 ) -> Array:
     """Seconds of one layer's attention: one launch; the prefill chunks' part (``pc`` tokens
     over ``kvp`` cached ones, ``pairs`` causal query-key pairs: the smooth max of compute and
-    KV read, the causal triangle at its own efficiency, a short chunk padded to a tile; MLA
-    also decompresses the cached latent); the decodes' part (``nd`` decodes over ``kvd``
-    cached tokens in all: a cost per decode and the KV read, slower with little parallel work,
-    ``nd`` x KV heads; MLA's decodes also compute over the latent, at the prefill's
-    efficiency), dearer in a step that also prefills (the decodes then run in the prefill's
-    kernel)."""
+    KV read, the causal triangle at its own efficiency, a chunk padded to whole passes of the
+    kernel, ``Q_ROWS``; MLA also decompresses the cached latent); the decodes' part (``nd``
+    decodes over ``kvd`` cached tokens in all: a cost per decode and the KV read, slower with
+    little parallel work, ``nd`` x KV heads; MLA's decodes also compute over the latent, at
+    the prefill's efficiency), with a fixed cost of its own in a decode-only step and dearer
+    in a step that also prefills (the decodes then run in the prefill's kernel)."""
     pc, kvp, pairs, nd, kvd = (np.asarray(x, dtype=float) for x in (pc, kvp, pairs, nd, kvd))
     kvb = shape.kv_bytes_per_token
     rate = flops * p["prefill_compute"]
     # the triangle of one chunk of pc tokens; several chunks have less, and at most the pairs
     tri = np.minimum(pc * (pc + 1) / 2, pairs)
-    pad = np.maximum(Q_TILE - pc, 0.0) * kvp
+    wave = chunk_wave(shape.q_heads)
+    pad = (np.ceil(pc / wave) * wave - pc) * kvp
     work = pairs - tri + pad + tri / p["prefill_causal"]
     compute = (shape.prefill_flops_per_pair * work + shape.context_flops_per_token * kvp) / rate
     memory = kvb * (kvp + pc) / (bw * p["prefill_memory"])
@@ -150,8 +209,13 @@ def attention_time(
     if shape.decode_flops_per_pair:
         dcompute = shape.decode_flops_per_pair * (kvd + nd) / rate
         read = smooth_max(read, dcompute, p["attn_sharpness"])
-    decode = read + nd * p["decode_seq_us"] * _US
-    decode = np.where(nd > 0, decode * np.where(pc > 0, p["mixed_decode"], 1.0), 0.0)
+    # a decode-only step runs the decode kernel: a fixed part of its own (splitting the KV
+    # and merging the splits) and its per-sequence work levelling off as the GPU overlaps
+    # it; in a step that also prefills, the decodes run in the prefill's kernel, each at
+    # ``decode_seq_us`` and every byte dearer
+    alone = read + decode_seq_time(nd, shape.kv_heads, p) + p["decode_step_us"] * _US
+    mixed = (read + nd * p["decode_seq_us"] * _US) * p["mixed_decode"]
+    decode = np.where(nd > 0, np.where(pc > 0, mixed, alone), 0.0)
     busy = (pc > 0) | (nd > 0)
     return np.where(busy, p["attn_launch_us"] * _US + prefill + decode, 0.0)
 

@@ -33,6 +33,11 @@ for each matmul of an LLMServingSim bundle: Vidur's 2024 profiler is not the sta
 prices, so its A100 and H100 points shape the curves without outvoting vLLM 0.19's."""
 DECODE_TOKENS = 256
 """Token counts up to this are the decode end of a matmul's curve (weighed on their own)."""
+DECODE_WEIGHT = 3.0
+"""Weight of a bundle's decode-only attention in the serving region against 1 for its
+prefills and mixed steps: decode-only steps are most of a serving run's steps (95% in
+LLMServingSim's runs), and the mixed sets' far more points would otherwise set the curve
+the decodes share with them."""
 MIXED_STRIDE = 3
 """Every third mixed attention point is fitted (in file order: deterministic): the grid's
 ~19,000 mixed points are near neighbours, and a third of them halves the fit's time."""
@@ -258,7 +263,7 @@ def _attention(src: Source, path: Path, shape: RankShape, hw: HardwareSpec) -> l
     mixed = np.zeros(len(pc), dtype=bool)
     mixed[np.flatnonzero((pc > 0) & (nd > 0))[::MIXED_STRIDE]] = True
     for kind, rows, weight in (
-        ("decode", (pc == 0) & core, 1.0),
+        ("decode", (pc == 0) & core, DECODE_WEIGHT),
         ("decode-edge", (pc == 0) & ~core, 0.2),
         ("prefill", nd == 0, 1.0),
         ("mixed", mixed & core, 1.0),

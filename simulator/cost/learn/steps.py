@@ -62,15 +62,13 @@ def bundle_errors(src: Source, tp: int, data: Path, params: PhysicsParams) -> np
 def vidur_errors(src: Source, tp: int, data: Path, params: PhysicsParams) -> np.ndarray:
     """Signed relative errors of a Vidur profile's four matmuls of one layer, summed, at
     every profiled token count (its only operators fitted), at the GPU's fitted scales (its
-    memory scale too: the other stack's level, which pricing does not use)."""
+    memory and curve scales too: the other stack's level, which pricing does not use)."""
     from simulator.cost.profiles.vidur import read_vidur_mlp
 
     prof = read_vidur_mlp(data / src.path, tp)
     shape = RankShape.of(source_model(src), tp)
     hw = load_hardware(src.hardware)
-    p, c, m = params.for_gpu(hw.name)
-    if hw.name in params.gpus:
-        m = params.gpus[hw.name].memory_scale
+    p, c, m = params.as_fitted(hw.name)
     names = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
     xs = np.asarray(prof.per_layer[names[0]][1].xs)
     measured = sum(np.asarray(prof.per_layer[n][1].table(xs)) for n in names)
