@@ -1,9 +1,11 @@
 """What a run records as it goes: per-request timestamps, the step table (a chunk at a time, to
 memory or to a file) and the inter-token gaps (into a streaming distribution), so memory stays
-proportional to requests, not to steps or tokens."""
+proportional to requests, not to steps or tokens. The per-request records are typed arrays
+(``array.array``: 8 bytes a request, no Python object each), read by index as lists are."""
 
 from __future__ import annotations
 
+from array import array
 from itertools import islice
 from operator import add, sub
 
@@ -33,16 +35,16 @@ class Recorder:
         self, num_requests: int, num_blocks: int, sink: StepSink, shared: Recorder | None = None
     ) -> None:
         nan = float("nan")
-        self.first_scheduled = [nan] * num_requests
+        self.first_scheduled = array("d", [nan]) * num_requests
         """Per request: start of the first step that computed any of its tokens."""
-        self.first_token = [nan] * num_requests
+        self.first_token = array("d", [nan]) * num_requests
         """Per request: end of the step that sampled its first token."""
-        self.finish = [nan] * num_requests
+        self.finish = array("d", [nan]) * num_requests
         """Per request: end of the step that sampled its last token."""
-        self.num_preemptions = [0] * num_requests
-        self.cached_tokens = [0] * num_requests
+        self.num_preemptions = array("q", [0]) * num_requests
+        self.cached_tokens = array("q", [0]) * num_requests
         """Per request: prompt tokens served from the prefix cache when first scheduled."""
-        self.num_output = [0] * num_requests
+        self.num_output = array("q", [0]) * num_requests
         """Per finished request: the tokens it sampled, as its sequence counted them."""
         self.tier_hits: dict[int, list[int]] = {}
         """Per request that loaded KV from a tier below the GPU's before it was first
@@ -61,7 +63,7 @@ class Recorder:
         """Per request: draft tokens accepted."""
         self.num_verify_steps: list[int] | None = None
         """Per request: steps that verified drafts of it."""
-        self._last_token = [nan] * num_requests  # when each request last sampled
+        self._last_token = array("d", [nan]) * num_requests  # when each request last sampled
         if shared is not None:
             # another server of a cluster: its own steps, aggregates, token count and gap
             # buffers, and ``shared``'s per-request records and ITL distribution (a request
