@@ -149,6 +149,9 @@ class AutoscaledCluster(Cluster):
         if r.index in self._draining:
             self._draining.discard(r.index)
             self.ledger.gone(r.index, self.env.now)
+            # its buffered rows go now, not at the day's end: a day starts and retires
+            # hundreds of replicas, each holding up to a chunk of rows in Python lists
+            r.server.recorder.settle()
 
     # -- readings and decisions ------------------------------------------------------------
 

@@ -78,6 +78,7 @@ class Recorder:
         self._gaps: list[float] = []  # gaps of single tokens
         self._run_gaps: list[float] = []  # gaps shared by a whole deferred decode step ...
         self._run_counts: list[int] = []  # ... and how many tokens share each
+        self._settled: tuple[np.ndarray, ...] | None = None  # ``settle``: gaps held as arrays
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -203,11 +204,26 @@ class Recorder:
             last[i] = end
 
     def _flush_gaps(self) -> None:
-        self.itl.add(np.array(self._gaps, dtype=np.float64))
-        self.itl.add(
+        gaps, run_gaps, run_counts = self._settled or self._gap_arrays()
+        self.itl.add(gaps)
+        self.itl.add(run_gaps, run_counts)
+        self._gaps, self._run_gaps, self._run_counts = [], [], []
+        self._settled = None
+
+    def _gap_arrays(self) -> tuple[np.ndarray, ...]:
+        return (
+            np.array(self._gaps, dtype=np.float64),
             np.array(self._run_gaps, dtype=np.float64),
             np.array(self._run_counts, dtype=np.int64),
         )
+
+    def settle(self) -> None:
+        """This server will step no more (a drained replica of an autoscaled fleet): pass
+        its buffered step rows on now, and hold its buffered gaps as arrays (8 bytes each,
+        not a Python float) until ``close`` adds them to the shared ITL distribution, in the
+        same order as ever. Nothing may be recorded here after."""
+        self._steps.flush(whole=True)
+        self._settled = self._gap_arrays()
         self._gaps, self._run_gaps, self._run_counts = [], [], []
 
     # -- requests ------------------------------------------------------------------------------
@@ -226,6 +242,7 @@ class Recorder:
 
     def close(self) -> pd.DataFrame | None:
         """Flush what is buffered; the step table if the sink keeps it in memory."""
-        self._steps.flush(whole=True)
+        if self._settled is None:  # else its rows have gone already (``settle``)
+            self._steps.flush(whole=True)
         self._flush_gaps()
         return self._sink.close()
