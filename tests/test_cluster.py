@@ -421,3 +421,45 @@ def test_prefix_affinity_keeps_a_system_prompt_on_one_replica() -> None:
     cfg["workload"]["shared_prefix"] = {"num_prefixes": 3, "prefix_len": 256}
     result = simulator.run(cfg)
     assert result.requests.groupby("replica").size().size <= 3  # one replica per prompt
+
+
+def _offload_scenario() -> dict[str, Any]:
+    """``multi-turn-offload.yaml`` shortened: a CPU tier per replica and a shared one."""
+    import yaml
+
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "multi-turn-offload.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["workload"]["num_requests"] = 300
+    return cfg
+
+
+@pytest.mark.parametrize("case", ["colocated", "disaggregated", "offload"])
+def test_the_outstanding_counter_is_running_plus_waiting_plus_incoming(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Replica.num_outstanding`` is a counter the cluster keeps; at every routing instant
+    it equals what the scheduler holds (running, waiting, loading KV) plus the requests on
+    the link, on plain, disaggregated and KV-offloading replicas."""
+    from tests.test_disaggregation import disaggregated
+
+    seen: list[tuple[int, int]] = []
+
+    class Checked(Router):
+        def choose(self, request: Request, replicas: Any) -> Replica:
+            for r in replicas:
+                s = r.server
+                seen.append((r.num_outstanding, s.num_running + s.num_waiting + r.num_incoming))
+            return min(replicas, key=lambda r: (r.num_outstanding, r.index))
+
+    monkeypatch.setitem(ROUTERS, "checked", Checked)
+    if case == "colocated":
+        cfg = clustered({"replicas": 3, "router": "checked"})
+    elif case == "disaggregated":
+        cfg = disaggregated(prefill=2, decode=2, router="checked")
+    else:
+        cfg = _offload_scenario()
+        cfg["cluster"]["router"] = "checked"
+    simulator.run(cfg)
+    counters, truth = np.array(seen).T
+    assert len(seen) > 500 and truth.max() > 2  # routed under load
+    assert (counters == truth).all()
