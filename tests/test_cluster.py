@@ -463,3 +463,46 @@ def test_the_outstanding_counter_is_running_plus_waiting_plus_incoming(
     counters, truth = np.array(seen).T
     assert len(seen) > 500 and truth.max() > 2  # routed under load
     assert (counters == truth).all()
+
+
+@pytest.mark.parametrize("router", ["round_robin", "random"])
+def test_replicas_run_apart_give_the_interleaved_tables(
+    router: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a router that reads no state the replicas run one after the other, each on its
+    own clock (``apart.py``); the tables and summary are those of the interleaved run, with
+    gaps passed to the ITL distribution in small chunks so that their order counts."""
+    import simulator.cluster.cluster as cluster_module
+    import simulator.engine.recorder as recorder
+
+    monkeypatch.setattr(recorder, "CHUNK_GAPS", 40)
+    cfg = clustered({"replicas": 4, "router": router})
+    calls: list[bool] = []
+    real = cluster_module.run_apart
+
+    def counted(*args: Any) -> Any:
+        result = real(*args)
+        calls.append(result is not None)
+        return result
+
+    monkeypatch.setattr(cluster_module, "run_apart", counted)
+    apart = simulator.run(cfg)
+    assert calls == [True]  # run apart, and no two replicas' chunks met at an instant
+    monkeypatch.setattr(cluster_module, "run_apart", lambda *args: None)  # interleaved
+    together = simulator.run(cfg)
+    for name in ("requests", "steps", "replicas"):
+        pd.testing.assert_frame_equal(getattr(apart, name), getattr(together, name))
+    assert apart.summary == together.summary
+
+
+def test_chunks_of_gaps_replay_in_time_order_unless_two_replicas_meet() -> None:
+    from simulator.cluster.apart import replay
+    from simulator.metrics import Distribution
+
+    one, two = np.array([1.0, 2.0]), np.array([1e-17, 3.0])
+    itl = Distribution()
+    assert replay([(0.5, 1, 0, one, None), (0.25, 0, 1, two, None)], itl)
+    assert itl.count == 4 and itl.total == (1e-17 + 3.0) + 3.0  # two's chunk first
+    tied = Distribution()
+    assert not replay([(0.5, 1, 0, one, None), (0.5, 0, 1, two, None)], tied)
+    assert tied.count == 0
