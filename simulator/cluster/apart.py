@@ -15,17 +15,31 @@ which is the interleaved run's order unless two replicas passed one on at the sa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import simpy
 
-from simulator.cluster.tables import cluster_result
+from simulator.cluster.replica import Replica
+from simulator.cluster.tables import ClusterRecords, cluster_result
 from simulator.engine.result import SimulationResult
 from simulator.metrics import Distribution
 
-if TYPE_CHECKING:  # the cluster calls this module; it is only a type here
-    from simulator.cluster.cluster import Cluster
+Share = list[tuple[float, int]]
+"""A replica's requests, routed up front: (routing instant, request)."""
+
+
+class Cluster(Protocol):
+    """What of a cluster (``cluster.py``, which calls this module) runs apart."""
+
+    replicas: list[Replica]
+    records: ClusterRecords
+    slo: dict[str, float | None] | None
+    percentiles: tuple[float, ...]
+
+    def share(self, r: Replica, items: Share) -> simpy.events.ProcessGenerator:
+        """Replica ``r``'s arrivals, on its server's clock."""
+
 
 Chunk = tuple[float, int, int, np.ndarray, "np.ndarray | None"]
 """A chunk of gaps a replica passed on: its instant, the replica, its place in the log, the
