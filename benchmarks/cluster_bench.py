@@ -18,7 +18,7 @@ Run by hand: ``.venv/bin/python benchmarks/cluster_bench.py [--repeat 3] [--repl
 
 ``--day ROUTER [--day-requests N]``: instead, a simulated day through an autoscaled fleet
 (``day_scenario``: the issue workload's lengths and step times, 5 million requests arriving
-at a diurnal rate from 16 to 100 req/s, a target-utilization policy that wants 64 replicas at
+at a diurnal rate from 16 to 100 req/s, a target-utilization policy that may grow it to 64 at
 the peak, cold starts of 120 s); prints its CPU and wall seconds, the peak resident memory of
 this process and the fleet's figures. Run it in a process of its own (the memory is the
 process's peak). Record results in benchmarks/README.md.
@@ -93,7 +93,8 @@ def day_scenario(router: str, num_requests: int = DAY_REQUESTS) -> dict[str, Any
     replicas of a larger model (engine_bench.py's ``vidur`` step times: 40 ms + 0.5 ms per
     sequence + 0.02 ms per token): the rate goes from 16 req/s at 02:00 to 100 req/s at
     14:00 (``num_requests`` cut the day short); a policy holding each replica at 0.45 of 64
-    sequences asks for about 60 replicas at the peak (at most 64)."""
+    sequences was meant to ask for about 60 replicas at the peak (at most 64); the whole day
+    peaked at 48 (benchmarks/README.md, "Session 27")."""
     cfg = copy.deepcopy(ISSUE)
     cfg["name"] = "bench-fleet-day"
     cfg["cost_model"] = copy.deepcopy(VIDUR["cost_model"])

@@ -24,6 +24,8 @@ CHUNK_STEPS = 1 << 16
 """Step rows buffered before they go to the sink (~5 MiB)."""
 CHUNK_GAPS = 1 << 16
 """Inter-token gaps buffered before they go to the distribution."""
+NAN = float("nan")
+"""The one NaN object the per-request lists point to where no time is known."""
 NO_MOVES = (0, 0, 0, 0)
 """The KV bytes a step without KV tiers moves (cpu and shared, stored and loaded)."""
 
@@ -34,7 +36,7 @@ class Recorder:
     def __init__(
         self, num_requests: int, num_blocks: int, sink: StepSink, shared: Recorder | None = None
     ) -> None:
-        nan = float("nan")
+        nan = NAN
         self.first_scheduled = array("d", [nan]) * num_requests
         """Per request: start of the first step that computed any of its tokens."""
         self.first_token = array("d", [nan]) * num_requests
@@ -63,7 +65,10 @@ class Recorder:
         """Per request: draft tokens accepted."""
         self.num_verify_steps: list[int] | None = None
         """Per request: steps that verified drafts of it."""
-        self._last_token = array("d", [nan]) * num_requests  # when each request last sampled
+        # when each request last sampled: a list (read at every token sampled outside a decode
+        # stretch, where a typed array would box a new float each time), reset to the one NaN
+        # when the request finishes, so a finished request costs its 8-byte slot only
+        self._last_token = [nan] * num_requests
         if shared is not None:
             # another server of a cluster: its own steps, aggregates, token count and gap
             # buffers, and ``shared``'s per-request records and ITL distribution (a request
@@ -239,6 +244,7 @@ class Recorder:
         self.finish[request] = end
         self.num_preemptions[request] = num_preemptions
         self.num_output[request] = num_output
+        self._last_token[request] = NAN  # it samples no more
 
     def close(self) -> pd.DataFrame | None:
         """Flush what is buffered; the step table if the sink keeps it in memory."""
