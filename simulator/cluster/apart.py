@@ -1,8 +1,8 @@
 """Running the replicas of a cluster one after the other, each on a clock of its own, when
 nothing passes between them: a router that reads no state (each replica's share is decided
 before the run), no disaggregation, no shared KV tier, no autoscaler. Each replica then runs
-its share as a single server does, with its data alone in the processor's caches (64
-replicas interleaved on one clock took 1.3-1.6 times as long, measured, for the same calls).
+its share as a single server does, alone (64 replicas interleaved on one clock took 1.3-1.6
+times as long for the same calls, measured; presumably their data sharing the caches).
 
 The tables are those of the interleaved run: a replica's events keep their order (its own
 events are all there are on its clock), the per-request records are each written by one
