@@ -55,8 +55,10 @@ class ChunkLog(Distribution):
         self.env, self.replica, self.log = env, replica, log
 
     def add(self, values: np.ndarray, weights: np.ndarray | None = None) -> None:
-        """Log a chunk of gaps (added to the real distribution by ``replay``)."""
-        self.log.append((self.env.now, self.replica, len(self.log), values, weights))
+        """Log a chunk of gaps (added to the real distribution by ``replay``; an empty one
+        adds nothing there, so it is not logged and cannot meet another)."""
+        if len(values):
+            self.log.append((self.env.now, self.replica, len(self.log), values, weights))
 
 
 def replay(log: list[Chunk], itl: Distribution) -> bool:
