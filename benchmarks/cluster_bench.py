@@ -5,17 +5,20 @@ The workload is engine_bench.py's ``issue`` case per replica (Poisson 20 req/s p
 lognormal prompts and outputs, budget 2048, 256 sequences, 8000 blocks, linear cost), 100,000
 requests in all, on 1, 4, 16 and 64 replicas. For each N, the cluster runs once behind
 ``round_robin`` (decided up front: each replica runs its share as a single server would) and
-once behind ``least_outstanding`` (decided at each arrival from the replicas' state); then
-each replica's share of the round-robin run is simulated alone, and those wall times summed.
+once behind ``least_outstanding`` (decided at each arrival from the replicas' state), or
+behind each of ``--routers``; then each replica's share of that router's run is simulated
+alone, and those times summed (each router against its own shares: a router that spreads
+the load unevenly gives its replicas other work).
 Timings are CPU seconds of this process (``time.process_time``: the machine is shared, and
 CPU time is what other processes disturb least), alternate cluster and shares, and keep the
 best of ``--repeat``.
 
-Run by hand: ``.venv/bin/python benchmarks/cluster_bench.py [--repeat 3] [--replicas 1 4 16 64]``.
+Run by hand: ``.venv/bin/python benchmarks/cluster_bench.py [--repeat 3] [--replicas 1 4 16 64]
+[--routers round_robin least_outstanding ...]``.
 
 ``--day ROUTER [--day-requests N]``: instead, a simulated day through an autoscaled fleet
 (``day_scenario``: the issue workload's lengths and step times, 5 million requests arriving
-at a diurnal rate from 16 to 100 req/s, a target-utilization policy that wants 64 replicas at
+at a diurnal rate from 16 to 100 req/s, a target-utilization policy that may grow it to 64 at
 the peak, cold starts of 120 s); prints its CPU and wall seconds, the peak resident memory of
 this process and the fleet's figures. Run it in a process of its own (the memory is the
 process's peak). Record results in benchmarks/README.md.
@@ -90,7 +93,8 @@ def day_scenario(router: str, num_requests: int = DAY_REQUESTS) -> dict[str, Any
     replicas of a larger model (engine_bench.py's ``vidur`` step times: 40 ms + 0.5 ms per
     sequence + 0.02 ms per token): the rate goes from 16 req/s at 02:00 to 100 req/s at
     14:00 (``num_requests`` cut the day short); a policy holding each replica at 0.45 of 64
-    sequences asks for about 60 replicas at the peak (at most 64)."""
+    sequences was meant to ask for about 60 replicas at the peak (at most 64); the whole day
+    peaked at 48 (benchmarks/README.md, "Session 27")."""
     cfg = copy.deepcopy(ISSUE)
     cfg["name"] = "bench-fleet-day"
     cfg["cost_model"] = copy.deepcopy(VIDUR["cost_model"])
@@ -145,10 +149,11 @@ def run_day(router: str, num_requests: int) -> None:
 
 
 def main() -> None:
-    """Print one row per replica count (or the autoscaled day's row)."""
+    """Print one row per replica count and router (or the autoscaled day's row)."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--replicas", type=int, nargs="*", default=[1, 4, 16, 64])
+    parser.add_argument("--routers", nargs="*", default=["round_robin", "least_outstanding"])
     parser.add_argument("--day", metavar="ROUTER", default=None)
     parser.add_argument("--day-requests", type=int, default=DAY_REQUESTS)
     args = parser.parse_args()
@@ -156,25 +161,23 @@ def main() -> None:
         print("router | requests | simulated | steps | peak | mean live | CPU | wall | peak RSS")
         run_day(args.day, args.day_requests)
         return
-    print(
-        "replicas | steps | round_robin s | least_outstanding s | sum of shares s | "
-        "rr ratio | lo ratio"
-    )
+    print("replicas | router | steps | cluster s | sum of its shares s | ratio")
     for n in args.replicas:
-        best: dict[str, float] = {"rr": np.inf, "lo": np.inf, "shares": np.inf}
-        steps = 0
-        for _ in range(args.repeat):
-            wall, result = time_cluster(scenario(n, "round_robin"))
-            best["rr"] = min(best["rr"], wall)
-            steps = len(result.steps)
-            replica = result.requests["replica"].to_numpy()
-            best["shares"] = min(best["shares"], time_shares(scenario(n, "round_robin"), replica))
-            best["lo"] = min(best["lo"], time_cluster(scenario(n, "least_outstanding"))[0])
-        print(
-            f"{n} | {steps:,} | {best['rr']:.2f} | {best['lo']:.2f} | {best['shares']:.2f} | "
-            f"{best['rr'] / best['shares']:.2f}x | {best['lo'] / best['shares']:.2f}x",
-            flush=True,
-        )
+        for router in args.routers:
+            best = {"cluster": np.inf, "shares": np.inf}
+            steps = 0
+            for _ in range(args.repeat):  # cluster and its shares alternate
+                cpu, result = time_cluster(scenario(n, router))
+                best["cluster"] = min(best["cluster"], cpu)
+                steps = len(result.steps)
+                # each replica's share of this router's run, simulated alone
+                replica = result.requests["replica"].to_numpy()
+                best["shares"] = min(best["shares"], time_shares(scenario(n, router), replica))
+            print(
+                f"{n} | {router} | {steps:,} | {best['cluster']:.2f} | {best['shares']:.2f} | "
+                f"{best['cluster'] / best['shares']:.2f}x",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -421,3 +421,88 @@ def test_prefix_affinity_keeps_a_system_prompt_on_one_replica() -> None:
     cfg["workload"]["shared_prefix"] = {"num_prefixes": 3, "prefix_len": 256}
     result = simulator.run(cfg)
     assert result.requests.groupby("replica").size().size <= 3  # one replica per prompt
+
+
+def _offload_scenario() -> dict[str, Any]:
+    """``multi-turn-offload.yaml`` shortened: a CPU tier per replica and a shared one."""
+    import yaml
+
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "multi-turn-offload.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["workload"]["num_requests"] = 300
+    return cfg
+
+
+@pytest.mark.parametrize("case", ["colocated", "disaggregated", "offload"])
+def test_the_outstanding_counter_is_running_plus_waiting_plus_incoming(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Replica.num_outstanding`` is a counter the cluster keeps; at every routing instant
+    it equals what the scheduler holds (running, waiting, loading KV) plus the requests on
+    the link, on plain, disaggregated and KV-offloading replicas."""
+    from tests.test_disaggregation import disaggregated
+
+    seen: list[tuple[int, int]] = []
+
+    class Checked(Router):
+        def choose(self, request: Request, replicas: Any) -> Replica:
+            for r in replicas:
+                s = r.server
+                seen.append((r.num_outstanding, s.num_running + s.num_waiting + r.num_incoming))
+            return min(replicas, key=lambda r: (r.num_outstanding, r.index))
+
+    monkeypatch.setitem(ROUTERS, "checked", Checked)
+    if case == "colocated":
+        cfg = clustered({"replicas": 3, "router": "checked"})
+    elif case == "disaggregated":
+        cfg = disaggregated(prefill=2, decode=2, router="checked")
+    else:
+        cfg = _offload_scenario()
+        cfg["cluster"]["router"] = "checked"
+    simulator.run(cfg)
+    counters, truth = np.array(seen).T
+    assert len(seen) > 500 and truth.max() > 2  # routed under load
+    assert (counters == truth).all()
+
+
+@pytest.mark.parametrize("router", ["round_robin", "random"])
+def test_replicas_run_apart_give_the_interleaved_tables(
+    router: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a router that reads no state the replicas run one after the other, each on its
+    own clock (``apart.py``); the tables and summary are those of the interleaved run, with
+    gaps passed to the ITL distribution in small chunks so that their order counts."""
+    import simulator.cluster.cluster as cluster_module
+    import simulator.engine.recorder as recorder
+
+    monkeypatch.setattr(recorder, "CHUNK_GAPS", 40)
+    cfg = clustered({"replicas": 4, "router": router})
+    calls: list[bool] = []
+    real = cluster_module.run_apart
+
+    def counted(*args: Any) -> Any:
+        result = real(*args)
+        calls.append(result is not None)
+        return result
+
+    monkeypatch.setattr(cluster_module, "run_apart", counted)
+    apart = simulator.run(cfg)
+    assert calls == [True]  # run apart, and no two replicas' chunks met at an instant
+    monkeypatch.setattr(cluster_module, "run_apart", lambda *args: None)  # interleaved
+    together = simulator.run(cfg)
+    for name in ("requests", "steps", "replicas"):
+        pd.testing.assert_frame_equal(getattr(apart, name), getattr(together, name))
+    assert apart.summary == together.summary
+
+
+def test_chunks_of_gaps_replay_in_time_order_unless_two_replicas_meet() -> None:
+    from simulator.cluster.apart import replay
+    from simulator.metrics import Distribution
+
+    one, two = np.array([1.0, 2.0]), np.array([1e-17, 3.0])
+    itl = Distribution()
+    assert replay([(0.5, 1, 0, one, None), (0.25, 0, 1, two, None)], itl)
+    assert itl.count == 4 and itl.total == (1e-17 + 3.0) + 3.0  # two's chunk first
+    tied = Distribution()
+    assert not replay([(0.5, 1, 0, one, None), (0.5, 0, 1, two, None)], tied)
+    assert tied.count == 0

@@ -183,3 +183,29 @@ def test_a_mean_does_not_depend_on_the_number_of_blas_threads() -> None:
         for threads in ("1", "4")
     }
     assert means["1"] == means["4"]
+
+
+def test_a_settled_recorder_closes_to_the_same_steps_gaps_and_stats() -> None:
+    """``Recorder.settle`` (a drained replica of a fleet) passes its rows on early and holds
+    its gaps as arrays: the step table, the step aggregates and the ITL distribution that
+    ``close`` then gives are those of a recorder closed at once."""
+    from simulator.engine.step_sink import MemorySink
+
+    def record(rec: recorder.Recorder) -> None:
+        ints = (3, 40, 37, 3, 20, 3, 1, 0, 0)
+        rec.record_step(0.0, 0.05, ints)
+        starts = [0.05 + 0.01 * k for k in range(30)]
+        rec.record_decode_steps([(0, 4, 0), (12, 3, 0)], starts, [0.01] * 30, [21] * 30, 0)
+        rec.record_decode_step(3, 0.35, 0.36)
+
+    settled, direct = recorder.Recorder(8, 64, MemorySink()), recorder.Recorder(8, 64, MemorySink())
+    for rec in (settled, direct):
+        record(rec)
+    settled.settle()
+    assert not settled._run_gaps  # held as arrays now, not as Python floats
+    a, b = settled.close(), direct.close()
+    assert a is not None and b is not None and len(a) == 31
+    pd.testing.assert_frame_equal(a, b)
+    assert vars(settled.step_stats) == vars(direct.step_stats)
+    assert settled.itl.mean() == direct.itl.mean()
+    assert settled.itl.percentiles(QS) == direct.itl.percentiles(QS)

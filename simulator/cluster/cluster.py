@@ -6,11 +6,11 @@ When a request is routed, and what the router sees (also in docs/cluster.md):
 - A request is routed ``routing_delay_ms`` after it arrives and handed to its replica at once.
 - A router that reads no state (``round_robin``, ``random``) is asked for every request before
   the run: each replica then gets its share through its own arrival process, exactly as a
-  single server gets its workload (one replica behind such a router *is* a single server).
-- A router that reads state decides at the routing instant, after every replica has handled
-  the step boundaries that fall on that instant (a zero-delay timeout puts the decision behind
-  them: simpy runs same-time events first in, first out). It sees each replica as a
-  step-by-step run shows it then: a step in flight is planned, not yet applied.
+  single server gets its workload (one replica behind such a router *is* a single server);
+  when nothing else passes between them, one replica after the other (``apart.py``).
+- A router that reads state decides at the routing instant, behind the step boundaries at
+  that instant (a zero-delay timeout; simpy runs same-time events first in, first out), and
+  sees each replica as a step-by-step run shows it then: a step in flight is planned.
 - A replica's deferred decode steps never start at or after an instant at which something
   may be handed to it or its state read: the next routing instant for a state-reading router,
   its own next request otherwise; a decode replica also stops at the earliest instant a prefill
@@ -25,12 +25,14 @@ When a request is routed, and what the router sees (also in docs/cluster.md):
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable, Hashable
 from typing import ClassVar
 
 import numpy as np
 import simpy
 
+from simulator.cluster.apart import run_apart
 from simulator.cluster.config import GroupSpec, SharedKVConfig
 from simulator.cluster.kv_link import KVLink
 from simulator.cluster.replica import Replica
@@ -79,17 +81,17 @@ class Cluster:
         percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
         steps: str = "full",
         shared_kv: SharedKVConfig | None = None,
+        apart: bool = True,
     ) -> None:
         self.workload, self.slo, self.link = workload, slo, link
+        self._args = {k: v for k, v in locals().items() if k not in ("self", "apart")}
         # the fleet's shared KV tier (``shared_tier.py``), below every replica's GPU KV
         self.shared = (
             None if shared_kv is None else SharedTier(shared_kv, groups[0].scheduler.block_size)
         )
-        self.kv_bytes_per_token = kv_bytes_per_token
-        self.percentiles = percentiles
-        self.env = simpy.Environment()
-        self.progress = progress
-        self.records = ClusterRecords(workload)
+        self.kv_bytes_per_token, self.percentiles = kv_bytes_per_token, percentiles
+        self.env, self.progress = simpy.Environment(), progress
+        self.records = ClusterRecords(workload, any(g.role != "colocated" for g in groups))
         # the workload's stream is child 0, as in a single-server run
         streams = np.random.SeedSequence(seed).spawn(3)
         self.router = make_router(router, np.random.default_rng(streams[1]), affinity_margin)
@@ -101,12 +103,14 @@ class Cluster:
         num_entry = sum(g.count for g in groups if g.role != "decode")
         self.by_state = self.router.reads_state and (num_entry > 1 or self.resizes)
         """Route at each routing instant (the router reads state) rather than up front."""
+        # the replicas one after the other, each on its own clock (``apart.py``)
+        self.apart = apart and not (self.by_state or link or shared_kv or self.resizes)
         num_replicas = sum(g.count for g in groups)
         self._next_at = [INF] * num_replicas  # per replica: its next request's instant
         self._next_route = INF  # the next routing instant (routing by state)
         self._pending: list[list[float]] = [[] for _ in range(num_replicas)]  # KV landings
-        self._transfers = 0  # KV transfers booked and not landed
-        self._prefill_over = False  # every prefill replica has stopped
+        # KV transfers booked and not landed; whether every prefill replica has stopped
+        self._transfers, self._prefill_over = 0, False
         self.replicas: list[Replica] = []
         for spec in groups:
             self._add_group(spec, progress, fast_decode, steps)
@@ -161,7 +165,7 @@ class Cluster:
         elif self.by_state or self.decode_router.reads_state and spec.role == "decode":
             retire = self._counting_retire(k)
         server = Server(
-            self.env,
+            simpy.Environment() if self.apart else self.env,
             scheduler,
             cost,
             rec,
@@ -185,8 +189,7 @@ class Cluster:
         return lambda: nxt[k]
 
     def _decode_bound(self, k: int) -> float:
-        """The earliest instant a request may be handed to decode replica ``k`` or its state
-        read: a KV landing on its way, or the end of a prefill."""
+        """When decode replica ``k`` may next get a request: a KV landing, a prefill's end."""
         pending = self._pending[k]
         bound = min(pending) if pending else INF
         now = self.env.now
@@ -207,7 +210,7 @@ class Cluster:
         def retire(done: list[Sequence], end: float) -> None:
             r = self.replicas[k]
             r.server.record_finished(done, end)
-            r.finished(sum(s.prompt_len for s in done))
+            r.finished(len(done), sum(s.prompt_len for s in done))
 
         return retire
 
@@ -219,7 +222,7 @@ class Cluster:
             finished = [s for s in done if output_len[s.seq_id] == 1]  # type: ignore[call-overload]
             if finished:
                 r.server.record_finished(finished, end)
-            r.finished(sum(s.prompt_len for s in done))
+            r.finished(len(done), sum(s.prompt_len for s in done))
             for seq in done:
                 if output_len[seq.seq_id] > 1:  # type: ignore[call-overload]
                     self._transfers += 1
@@ -259,11 +262,9 @@ class Cluster:
         if self.progress is not None:
             self.progress(1)
 
-    def _route_instants(self) -> list[float]:
-        arrival = self.workload.arrival_s
-        return (
-            (arrival + self.routing_delay_s).tolist() if self.routing_delay_s else arrival.tolist()
-        )
+    def _route_instants(self) -> array[float]:
+        routed = np.asarray(self.workload.arrival_s, dtype=np.float64) + self.routing_delay_s
+        return array("d", routed.tobytes())  # 8 bytes a request, not a float object
 
     def _submit(self, r: Replica, i: int) -> None:
         rec = self.records
@@ -272,10 +273,10 @@ class Cluster:
         if r.role == "prefill":
             rec.prefill_replica[i] = r.index
             r.routed(p, 1)
-            r.server.submit(self._sequence(i, 1))
+            r.submit(self._sequence(i, 1))
         else:
             r.routed(p, o)
-            r.server.submit(self._sequence(i, o))
+            r.submit(self._sequence(i, o))
 
     def _sequence(self, i: int, max_tokens: int, output: list[int] | None = None) -> Sequence:
         """Request ``i`` as a replica's scheduler takes it (``max_tokens`` 1 on a prefill
@@ -300,9 +301,9 @@ class Cluster:
                 shared = self.shared.prefix_blocks(self._sequence(i, 1))
         return Request(i, rec.arrival_s[i], rec.prompt_len[i], rec.output_len[i], prefix, shared)
 
-    def _share(self, r: Replica, items: list[tuple[float, int]]) -> simpy.events.ProcessGenerator:
+    def share(self, r: Replica, items: list[tuple[float, int]]) -> simpy.events.ProcessGenerator:
         """Replica ``r``'s requests, routed up front, as a single server's arrivals."""
-        env, nxt, k = self.env, self._next_at, r.index
+        env, nxt, k = r.server.env, self._next_at, r.index
         for t, i in items:
             if t > env.now:  # the instant simpy will resume us: fast windows stop there
                 nxt[k], wake = sleep_until(env, t)
@@ -362,7 +363,7 @@ class Cluster:
         dec.num_incoming -= 1
         rec.routed_to[i] = dec.index
         decode_seq = self._sequence(i, rec.output_len[i], seq.output)
-        dec.server.submit(decode_seq, prefilled=True)
+        dec.submit(decode_seq, prefilled=True)
         self._transfers -= 1
         if self._prefill_over and not self._transfers:
             self._close_decode()
@@ -382,12 +383,15 @@ class Cluster:
     def run(self) -> SimulationResult:
         """Simulate until every request has finished or been rejected."""
         env = self.env
+        if self.apart:  # interleaved after all if two replicas' gaps met at an instant
+            result = run_apart(self, self._shares())
+            return result if result is not None else Cluster(**self._args, apart=False).run()
         if self.by_state:
             env.process(self._routing())
         else:
             for r, items in zip(self.replicas, self._shares(), strict=True):
                 if r.role != "decode":
-                    env.process(self._share(r, items))
+                    env.process(self.share(r, items))
         procs = [env.process(r.server.run()) for r in self.replicas]
         if self.decode:
             env.process(self._after_prefill(procs[: len(self.entry)]))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from bisect import insort
 from collections import deque
 from collections.abc import Callable, Generator
@@ -148,6 +149,9 @@ class AutoscaledCluster(Cluster):
         if r.index in self._draining:
             self._draining.discard(r.index)
             self.ledger.gone(r.index, self.env.now)
+            # its buffered rows go now, not at the day's end: a day starts and retires
+            # hundreds of replicas, each holding up to a chunk of rows in Python lists
+            r.server.recorder.settle()
 
     # -- readings and decisions ------------------------------------------------------------
 
@@ -206,7 +210,7 @@ class AutoscaledCluster(Cluster):
     def _eligible(self, i: int) -> list[Replica] | None:
         return None if super()._eligible(i) is None else self.live
 
-    def _route_ahead(self, instants: list[float], i: int, end: float) -> int:
+    def _route_ahead(self, instants: array[float], i: int, end: float) -> int:
         """Route (a router that reads no state) the requests before ``end`` from ``i``; the
         first not routed."""
         queue, times, n = self._queue, self._times, len(instants)

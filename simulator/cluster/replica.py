@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from simulator.engine.server import Server
+from simulator.scheduling.sequence import Sequence
 
 
 class Replica:
@@ -17,12 +18,16 @@ class Replica:
         """``colocated``, ``prefill`` or ``decode``."""
         self.server = server
         """Its scheduler, cost model and step loop."""
-        self.num_incoming = 0
-        """Requests routed here whose KV is still on the link."""
+        self._incoming = 0
         self.num_routed = 0
         """Requests routed here so far."""
-        self._work = 0  # prompt + output tokens to sample, of every request routed here
-        self._done_prompt = 0  # prompt tokens of the requests finished here
+        self.num_outstanding = 0
+        """Requests routed here and not finished: running, waiting, or with KV on the way.
+        A plain number, kept as they come (``submit``, ``num_incoming``) and go
+        (``finished``): the scheduler's running plus waiting plus ``num_incoming`` at every
+        instant a router reads it, without asking the scheduler each time."""
+        self._owed = 0  # prompt + output tokens to sample, of the requests routed here, less
+        # the prompt tokens of those finished here
 
     # -- what a router reads ---------------------------------------------------------------
 
@@ -52,23 +57,35 @@ class Replica:
         return self.server.num_blocks_used / self.server.num_blocks
 
     @property
-    def num_outstanding(self) -> int:
-        """Requests routed here and not finished: running, waiting, or with KV on the way."""
-        return self.server.num_running + self.server.num_waiting + self.num_incoming
-
-    @property
     def num_tokens(self) -> int:
         """Tokens of work in flight: prompt plus output still to sample, over the outstanding
         requests."""
-        return self._work - self._done_prompt - self.server.num_sampled
+        return self._owed - self.server.num_sampled
+
+    @property
+    def num_incoming(self) -> int:
+        """Requests routed here whose KV is still on the link."""
+        return self._incoming
+
+    @num_incoming.setter
+    def num_incoming(self, num: int) -> None:
+        self.num_outstanding += num - self._incoming
+        self._incoming = num
 
     # -- bookkeeping by the cluster --------------------------------------------------------
 
     def routed(self, prompt_len: int, num_to_sample: int) -> None:
         """A request is on its way here, with ``num_to_sample`` tokens left to sample here."""
         self.num_routed += 1
-        self._work += prompt_len + num_to_sample
+        self._owed += prompt_len + num_to_sample
 
-    def finished(self, prompt_tokens: int) -> None:
-        """Requests with ``prompt_tokens`` prompt tokens in all finished here."""
-        self._done_prompt += prompt_tokens
+    def submit(self, seq: Sequence, prefilled: bool = False) -> None:
+        """Hand ``seq`` to the server (``Server.submit``); outstanding unless refused."""
+        if self.server.submit(seq, prefilled):
+            self.num_outstanding += 1
+
+    def finished(self, num: int, prompt_tokens: int) -> None:
+        """``num`` requests with ``prompt_tokens`` prompt tokens in all finished here (or
+        left it, prefilled, for a decode replica)."""
+        self.num_outstanding -= num
+        self._owed -= prompt_tokens

@@ -1,9 +1,11 @@
 """What a run records as it goes: per-request timestamps, the step table (a chunk at a time, to
 memory or to a file) and the inter-token gaps (into a streaming distribution), so memory stays
-proportional to requests, not to steps or tokens."""
+proportional to requests, not to steps or tokens. The per-request records are typed arrays
+(``array.array``: 8 bytes a request, no Python object each), read by index as lists are."""
 
 from __future__ import annotations
 
+from array import array
 from itertools import islice
 from operator import add, sub
 
@@ -22,6 +24,8 @@ CHUNK_STEPS = 1 << 16
 """Step rows buffered before they go to the sink (~5 MiB)."""
 CHUNK_GAPS = 1 << 16
 """Inter-token gaps buffered before they go to the distribution."""
+NAN = float("nan")
+"""The one NaN object the per-request lists point to where no time is known."""
 NO_MOVES = (0, 0, 0, 0)
 """The KV bytes a step without KV tiers moves (cpu and shared, stored and loaded)."""
 
@@ -32,17 +36,17 @@ class Recorder:
     def __init__(
         self, num_requests: int, num_blocks: int, sink: StepSink, shared: Recorder | None = None
     ) -> None:
-        nan = float("nan")
-        self.first_scheduled = [nan] * num_requests
+        nan = NAN
+        self.first_scheduled = array("d", [nan]) * num_requests
         """Per request: start of the first step that computed any of its tokens."""
-        self.first_token = [nan] * num_requests
+        self.first_token = array("d", [nan]) * num_requests
         """Per request: end of the step that sampled its first token."""
-        self.finish = [nan] * num_requests
+        self.finish = array("d", [nan]) * num_requests
         """Per request: end of the step that sampled its last token."""
-        self.num_preemptions = [0] * num_requests
-        self.cached_tokens = [0] * num_requests
+        self.num_preemptions = array("q", [0]) * num_requests
+        self.cached_tokens = array("q", [0]) * num_requests
         """Per request: prompt tokens served from the prefix cache when first scheduled."""
-        self.num_output = [0] * num_requests
+        self.num_output = array("q", [0]) * num_requests
         """Per finished request: the tokens it sampled, as its sequence counted them."""
         self.tier_hits: dict[int, list[int]] = {}
         """Per request that loaded KV from a tier below the GPU's before it was first
@@ -61,7 +65,10 @@ class Recorder:
         """Per request: draft tokens accepted."""
         self.num_verify_steps: list[int] | None = None
         """Per request: steps that verified drafts of it."""
-        self._last_token = [nan] * num_requests  # when each request last sampled
+        # when each request last sampled: a list (read at every token sampled outside a decode
+        # stretch, where a typed array would box a new float each time), reset to the one NaN
+        # when the request finishes, so a finished request costs its 8-byte slot only
+        self._last_token = [nan] * num_requests
         if shared is not None:
             # another server of a cluster: its own steps, aggregates, token count and gap
             # buffers, and ``shared``'s per-request records and ITL distribution (a request
@@ -77,6 +84,7 @@ class Recorder:
         self._run_gaps: list[float] = []  # gaps shared by a whole deferred decode step ...
         self._run_counts: list[int] = []  # ... how many tokens share each, in runs of
         self._run_lengths: list[int] = []  # ... this many gaps (a segment's steps share one)
+        self._settled: tuple[np.ndarray, ...] | None = None  # ``settle``: gaps held as arrays
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -206,15 +214,34 @@ class Recorder:
             last[i] = end
 
     def _flush_gaps(self) -> None:
-        self.itl.add(np.array(self._gaps, dtype=np.float64))
-        self.itl.add(
+        gaps, run_gaps, run_counts = self._settled or self._gap_arrays()
+        self.itl.add(gaps)
+        self.itl.add(run_gaps, run_counts)
+        self._clear_gaps()
+        self._settled = None
+
+    def _gap_arrays(self) -> tuple[np.ndarray, ...]:
+        """The buffered gaps, the run gaps and each run gap's token count, as arrays."""
+        return (
+            np.array(self._gaps, dtype=np.float64),
             np.array(self._run_gaps, dtype=np.float64),
             np.repeat(
                 np.array(self._run_counts, dtype=np.int64),
                 np.array(self._run_lengths, dtype=np.int64),
             ),
         )
+
+    def _clear_gaps(self) -> None:
         self._gaps, self._run_gaps, self._run_counts, self._run_lengths = [], [], [], []
+
+    def settle(self) -> None:
+        """This server will step no more (a drained replica of an autoscaled fleet): pass
+        its buffered step rows on now, and hold its buffered gaps as arrays (8 bytes each,
+        not a Python float) until ``close`` adds them to the shared ITL distribution, in the
+        same order as ever. Nothing may be recorded here after."""
+        self._steps.flush(whole=True)
+        self._settled = self._gap_arrays()
+        self._clear_gaps()
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -229,9 +256,11 @@ class Recorder:
         self.finish[request] = end
         self.num_preemptions[request] = num_preemptions
         self.num_output[request] = num_output
+        self._last_token[request] = NAN  # it samples no more
 
     def close(self) -> pd.DataFrame | None:
         """Flush what is buffered; the step table if the sink keeps it in memory."""
-        self._steps.flush(whole=True)
+        if self._settled is None:  # else its rows have gone already (``settle``)
+            self._steps.flush(whole=True)
         self._flush_gaps()
         return self._sink.close()

@@ -4,7 +4,7 @@ longer be met). The rule only reads; a run it does not stop is the same as one u
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,11 +24,11 @@ class RunState:
     """Every request's arrival time; requests arrive in this order."""
     num_arrived: int
     """Requests ``0 .. num_arrived - 1`` have reached the server."""
-    first_scheduled: list[float]
+    first_scheduled: Sequence[float]
     """Per request: start of its first step (NaN until then)."""
-    first_token: list[float]
+    first_token: Sequence[float]
     """Per request: end of the step that sampled its first token (NaN until then)."""
-    finish: list[float]
+    finish: Sequence[float]
     """Per request: end of the step that sampled its last token (NaN until then)."""
     rejected: list[int]
     """Requests rejected as they arrived (they never finish)."""
