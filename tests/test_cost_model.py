@@ -254,6 +254,7 @@ SUMS_MODELS = {
         "per_seq_ms": 0.07,
         "per_context_token_ms": 0.0003,
     },
+    "linear-flat": {"type": "linear", "base_ms": 40, "per_token_ms": 0.02, "per_seq_ms": 0.5},
     "roofline": {"type": "roofline", "model": "llama-3-8b", "hardware": "h100-sxm"},
     "roofline-tp": {
         "type": "roofline",

@@ -68,3 +68,11 @@ class LinearCostModel(CostModel):
             + self._per_seq * sums[0]
             + self._per_ctx * sums[3]
         )
+
+    def time_decodes(self, num_seqs: int, contexts: range) -> list[float]:
+        """``time_sums`` of decode steps of ``num_seqs`` sequences over ``contexts``: the same
+        sums in the same order, the part that does not change added once (it is the sum's
+        left end, so every step's float result is the same)."""
+        head = self._base + self._per_token * num_seqs + self._per_seq * num_seqs
+        per_ctx = self._per_ctx
+        return [head + per_ctx * c for c in contexts]
