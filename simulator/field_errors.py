@@ -52,6 +52,8 @@ def _describe(
         return f"{where}: {error['msg']}{hint}"
     if _is_nan(value):
         return f"{where}: {value!r} is not a number"
+    if error["type"] == "value_error":  # our own validators' reason, without pydantic's label
+        return f"{where}: {error['ctx']['error']}"
     return f"{where}: {error['msg']}"
 
 

@@ -252,7 +252,7 @@ def test_a_policy_by_import_path_and_the_ttft_slo_policy_scale_the_fleet() -> No
     [
         (
             {"min_replicas": 4, "max_replicas": 2},
-            "cluster.autoscaler: Value error, min_replicas (4) must be <= max_replicas (2)",
+            "cluster.autoscaler: min_replicas (4) must be <= max_replicas (2)",
         ),
         (
             {"min_replicas": 4},
