@@ -172,3 +172,22 @@ def test_bad_speculative_input_is_one_line_exit_2(
     assert err.startswith("servesim: error:") and field in err
     assert len(err.splitlines()) == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize("layout", ["server", "async", "dp2"])
+def test_each_step_row_counts_the_drafts_it_accepted(layout: str) -> None:
+    # the steps table's num_accepted_tokens: per step what the requests table counts per
+    # request, so the two sum to the same; a step without drafts accepts none
+    cfg = with_spec(BUSY, 3, rate=0.6)
+    if layout == "async":
+        cfg["scheduler"]["async_scheduling"] = True
+    if layout == "dp2":
+        cfg["parallel"] = {"data_parallel_size": 2}
+    res = run(cfg)
+    steps, accepted = res.steps, res.steps["num_accepted_tokens"]
+    assert accepted.sum() == res.requests["num_accepted_tokens"].sum() > 0
+    assert (accepted[steps["num_decode_seqs"] == 0] == 0).all()
+    # at most k accepted per verifying decode of the step
+    assert (accepted <= 3 * steps["num_decode_seqs"]).all()
+    assert steps["step"].is_monotonic_increasing and steps["start_s"].is_monotonic_increasing
+    assert (run(BUSY).steps["num_accepted_tokens"] == 0).all()

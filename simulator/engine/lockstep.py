@@ -27,7 +27,7 @@ from simulator.cost.interface import CostModel
 from simulator.engine.dp_balancer import DPBalancer
 from simulator.engine.dp_padding import DPPadding
 from simulator.engine.drafts import DraftCost
-from simulator.engine.recorder import Recorder
+from simulator.engine.recorder import NO_MOVES, Recorder
 from simulator.scheduling.interface import Scheduler, StepPlan
 from simulator.scheduling.sequence import Sequence
 
@@ -150,7 +150,7 @@ class LockstepServer:
         times = self._rank_times(batches, plans)
         duration = max(times)
         self.rank_durations.append(times)
-        self._record_step(now, duration, plans, before)
+        row = self._row(plans, before)  # the ranks' counts now, before they update
         if self._plans_ahead:  # vLLM's batch queue: the next step is planned while this runs
             self._next = [r.schedule() if r.has_requests() else None for r in self.ranks]  # type: ignore[attr-defined]
         yield env.timeout(duration)
@@ -165,6 +165,9 @@ class LockstepServer:
                 self.recorder.record_samples(planned.sampled, env.now)
             if done:
                 self._finish(k, done, env.now)
+        # recorded once the ranks applied the step: how many drafts they accepted is known then
+        accepted = sum(sum(p.accepted.values()) for p in plans if p is not None)
+        self.recorder.record_step(now, duration, row, NO_MOVES, accepted)
 
     def _plan_ranks(self, now: float) -> tuple[list[StepPlan | None], list[Batch]]:
         """Each rank's plan for the step starting at ``now`` (under a plan-ahead scheduler,
@@ -238,15 +241,10 @@ class LockstepServer:
             times.append(t)
         return times
 
-    def _record_step(
-        self,
-        now: float,
-        duration: float,
-        plans: list[StepPlan | None],
-        before: list[tuple[int, int]],
-    ) -> None:
-        """The step's row: counts summed over the ranks (a decode verifying ``d`` drafts
-        computes ``1 + d`` tokens and counts as a decode, as in a single server's row)."""
+    def _row(self, plans: list[StepPlan | None], before: list[tuple[int, int]]) -> tuple[int, ...]:
+        """The step's row (``STEP_INT_FIELDS`` before the KV moves): counts summed over the
+        ranks (a decode verifying ``d`` drafts computes ``1 + d`` tokens and counts as a
+        decode, as in a single server's row)."""
         new = [n for p in plans if p is not None for n in p.num_new_tokens]
         tokens = sum(new)
         decodes = decode_tokens = new.count(1)
@@ -260,7 +258,7 @@ class LockstepServer:
         running = sum(b[0] for b in before)
         waiting = sum(b[1] for b in before)
         ints = (len(new), tokens, tokens - decode_tokens, decodes, used)
-        self.recorder.record_step(now, duration, (*ints, running, waiting, preempted, cached))
+        return (*ints, running, waiting, preempted, cached)
 
     def _finish(self, k: int, done: list[Sequence], end: float) -> None:
         """Record the requests rank ``k`` finished in the step ending at ``end``."""

@@ -94,12 +94,14 @@ class Recorder:
         duration: float,
         ints: tuple[int, ...],
         moved: tuple[int, ...] = NO_MOVES,
+        accepted: int = 0,
     ) -> None:
         """One step row: its start, its duration (checked > 0, or 0 for a step that scheduled
-        nothing), ``STEP_INT_FIELDS`` but the last four, and those (the KV bytes moved)."""
+        nothing), ``STEP_INT_FIELDS`` but the last five, then those: the KV bytes moved and
+        the draft tokens accepted (speculative decoding; 0 without)."""
         if not (duration > 0 or duration == 0 and ints[0] == 0):
             raise RuntimeError(f"cost model returned a non-positive step time {duration!r}")
-        self._steps.add(start, duration, ints + moved)
+        self._steps.add(start, duration, (*ints, *moved, accepted))
 
     def record_decode_steps(
         self,
@@ -127,7 +129,7 @@ class Recorder:
         segments: list[tuple[int, ...]] = []
         rows: list[int] = []
         for (lo, m, kept), hi in zip(sizes, bounds, strict=True):
-            segments.append((m, m, 0, m, 0, m, 0, 0, kept, *NO_MOVES))
+            segments.append((m, m, 0, m, 0, m, 0, 0, kept, *NO_MOVES, 0))
             rows.append(hi - lo)
             n = hi - lo - (open_last and hi == k)
             counts.append(m)

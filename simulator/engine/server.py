@@ -208,10 +208,13 @@ class Server:
         if plan.num_admitted:
             rec.record_admitted(plan, now)
         moved = sched.take_kv_moved() if self._loads is not None else NO_MOVES
-        rec.record_step(now, duration, ints, moved)
+        if not plan.drafts:
+            rec.record_step(now, duration, ints, moved)
         self._busy_until = now + duration  # where the timeout lands
         yield env.timeout(duration)
         self._apply(plan)
+        if plan.drafts:  # how many drafts were accepted is known once applied: the row waits
+            rec.record_step(now, duration, ints, moved, sum(plan.accepted.values()))
 
     def _plan(self) -> tuple[StepPlan, float, tuple[int, ...]]:
         """Plan a step: the plan, its duration and its row's ``STEP_INT_FIELDS``."""
@@ -256,7 +259,8 @@ class Server:
         if plan.num_admitted:
             rec.record_admitted(plan, now)
         if plan:  # an empty batch (all in flight, or nothing fits yet) runs nothing
-            rec.record_step(now, duration, ints)
+            if not plan.drafts:
+                rec.record_step(now, duration, ints)
             self._num_empty = 0
         else:
             self._num_empty += 1
@@ -267,6 +271,8 @@ class Server:
         self._busy_until = now + duration
         yield env.timeout(duration)
         self._apply(plan)
+        if plan.drafts:  # as in ``_step``: the row waits for the drafts' fate
+            rec.record_step(now, duration, ints, NO_MOVES, sum(plan.accepted.values()))
 
     def _start_loads(self, plan: StepPlan, now: float) -> None:
         """Book the KV loads ``plan`` started on the tiers' links; each sequence may be

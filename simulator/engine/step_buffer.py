@@ -23,9 +23,11 @@ STEP_INT_FIELDS = (
     "cpu_load_bytes",
     "shared_store_bytes",
     "shared_load_bytes",
+    "num_accepted_tokens",
 )
-"""Integer columns of a step row, in the order ``record_step`` takes them (the KV bytes moved
-to and from the tiers below the GPU's last: ``Scheduler.take_kv_moved``)."""
+"""Integer columns of a step row, in the order ``record_step`` takes them (then the KV bytes
+moved to and from the tiers below the GPU: ``Scheduler.take_kv_moved``; last the draft tokens
+the step's verifications accepted, known once it is applied)."""
 
 _USED = STEP_INT_FIELDS.index("blocks_used")
 _KEPT = STEP_INT_FIELDS.index("num_cached_blocks")

@@ -27,6 +27,7 @@ STEP_COLUMNS = [
     "cpu_load_bytes",
     "shared_store_bytes",
     "shared_load_bytes",
+    "num_accepted_tokens",
 ]
 
 
