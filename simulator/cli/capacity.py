@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from simulator.cli.common import (
     Subparsers,
     add_backend_args,
-    add_format_arg,
+    add_out_args,
     add_scenario_args,
     results_folder,
 )
@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from simulator.explore.probe import Load
 
 
-def add_slo_args(p: argparse.ArgumentParser) -> None:
-    """``--slo``, ``--attain``, ``--seeds``, ``--tolerance``: what a capacity must meet."""
+def add_search_args(p: argparse.ArgumentParser) -> None:
+    """``--slo``, ``--attain``, ``--seeds``, ``--tolerance``: what a capacity must meet; and
+    ``--start``, the load its search probes first."""
     p.add_argument(
         "--slo",
         action="append",
@@ -54,6 +55,11 @@ def add_slo_args(p: argparse.ArgumentParser) -> None:
         default=0.02,
         help="stop when the bracket's relative width is at most this (default 0.02)",
     )
+    p.add_argument(
+        "--start",
+        type=float,
+        help="first load probed: req/s, or a trace's time_scale (default: the scenario's)",
+    )
 
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:
@@ -64,17 +70,9 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         description=run.__doc__,
     )
     add_scenario_args(p)
-    add_slo_args(p)
-    p.add_argument(
-        "--start",
-        type=float,
-        help="first load probed: req/s, or a trace's time_scale (default: the scenario's)",
-    )
+    add_search_args(p)
     add_backend_args(p)
-    p.add_argument("--out", help="output folder (default: results/<name>-capacity/<timestamp>/)")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
-    p.add_argument("--no-plots", action="store_true", help="skip drawing the figure")
-    add_format_arg(p)
+    add_out_args(p, "<name>-capacity", "the figure")
     return p
 
 
@@ -170,12 +168,10 @@ def _json(
 
 
 def _scenario_yaml(cfg: Any, args: argparse.Namespace) -> str:
-    from simulator.config import dump_scenario
+    from simulator.explore.sweep import headed_yaml
 
-    head = [f"# base scenario of a capacity search: {args.scenario}"]
-    head += [f"#   --set {item}" for item in args.set]
-    head.append("# each probe sets the load and the seed (capacity.json: probes)")
-    return "\n".join(head) + "\n" + dump_scenario(cfg)
+    note = "# each probe sets the load and the seed (capacity.json: probes)"
+    return headed_yaml(cfg, "a capacity search", args.scenario, args.set, [note])
 
 
 def _summary_line(name: str, found: SeededCapacity, out: Path) -> str:

@@ -46,6 +46,15 @@ def add_format_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=["png", "svg"], default="png", help="plot file format")
 
 
+def add_out_args(p: argparse.ArgumentParser, folder: str, plots: str) -> None:
+    """``--out`` (default ``results/<folder>/<timestamp>/``), ``--overwrite``, ``--no-plots``
+    (skip drawing ``plots``) and ``--format``: where a command writes its results folder."""
+    p.add_argument("--out", help=f"output folder (default: results/{folder}/<timestamp>/)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
+    p.add_argument("--no-plots", action="store_true", help=f"skip drawing {plots}")
+    add_format_arg(p)
+
+
 def add_backend_args(p: argparse.ArgumentParser) -> None:
     """``--backend``, ``--address`` and ``--jobs``: where a command's simulations run."""
     # explore.backends.BACKENDS, spelt out: the explore package is not imported at start-up

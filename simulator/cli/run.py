@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from contextlib import suppress
-from pathlib import Path
 from typing import Any
 
 from simulator.cli.common import (
     Subparsers,
-    add_format_arg,
+    add_out_args,
     add_scenario_args,
     add_steps_arg,
     format_replicas,
     format_summary,
+    results_folder,
     served_too_little,
     warn_stack,
 )
@@ -24,10 +23,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add the ``run`` command."""
     p = subparsers.add_parser("run", help="simulate one scenario", description=run.__doc__)
     add_scenario_args(p)
-    p.add_argument("--out", help="output folder (default: results/<name>/<timestamp>/)")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
-    p.add_argument("--no-plots", action="store_true", help="skip drawing plots")
-    add_format_arg(p)
+    add_out_args(p, "<name>", "plots")
     p.add_argument(
         "--progress", action="store_true", help="show a progress bar even off a terminal"
     )
@@ -43,7 +39,6 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Simulate one scenario and write its tables, summary, resolved scenario and plots."""
     from simulator.config import load_scenario, parse_overrides
-    from simulator.results.outdir import atomic_dir, check_out_dir, default_out_dir, reserve_out_dir
     from simulator.results.writer import write_result
     from simulator.runner import resolve
     from simulator.runner import run as run_scenario
@@ -53,28 +48,20 @@ def run(args: argparse.Namespace) -> int:
         from simulator.output_file import check_output_file
 
         check_output_file(args.vllm_bench_json, f"--vllm-bench-json {args.vllm_bench_json}")
-    given = bool(args.out)
     # A default folder is created now, under a name no other run has (not even one started
-    # in the same second), and removed again if this run fails.
-    out = Path(args.out) if given else reserve_out_dir(default_out_dir(cfg.name))
-    try:
-        check_out_dir(out, args.overwrite, given=given)  # fail before the simulation, not after
-        with atomic_dir(out, args.overwrite, given=given) as tmp:
-            # the step table streams into the (temporary) results folder as the run goes
-            result = run_scenario(
-                cfg,
-                progress=None if not args.progress else True,
-                steps=args.steps,
-                steps_path=tmp / "steps.parquet",
-            )
-            write_result(result, tmp, plots=not args.no_plots, fmt=args.format)
-            if args.vllm_bench_json:
-                _write_vllm_bench(args.vllm_bench_json, result, cfg)
-    except BaseException:
-        if not given:
-            with suppress(OSError):
-                out.rmdir()  # only if still empty
-        raise
+    # in the same second), and removed again if this run fails; --out is checked on entry,
+    # before the simulation, not after.
+    with results_folder(args.out, args.overwrite, cfg.name) as (out, tmp):
+        # the step table streams into the (temporary) results folder as the run goes
+        result = run_scenario(
+            cfg,
+            progress=None if not args.progress else True,
+            steps=args.steps,
+            steps_path=tmp / "steps.parquet",
+        )
+        write_result(result, tmp, plots=not args.no_plots, fmt=args.format)
+        if args.vllm_bench_json:
+            _write_vllm_bench(args.vllm_bench_json, result, cfg)
     # after the run, so bad input stays one line
     warn_stack(cfg.cost_model)
     print(f"{cfg.name}: results in {out}")

@@ -6,11 +6,11 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from simulator.cli.capacity import add_slo_args, check_search_args
+from simulator.cli.capacity import add_search_args, check_search_args
 from simulator.cli.common import (
     Subparsers,
     add_backend_args,
-    add_format_arg,
+    add_out_args,
     add_scenario_args,
     console_table,
     results_folder,
@@ -39,12 +39,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         help="values of a dotted key to search (repeatable: the cartesian product), e.g. "
         "cost_model.hardware=a100-80gb,h100-sxm",
     )
-    add_slo_args(p)
-    p.add_argument(
-        "--start",
-        type=float,
-        help="first load probed: req/s, or a trace's time_scale (default: the scenario's)",
-    )
+    add_search_args(p)
     p.add_argument(
         "--replicas-for",
         nargs="?",
@@ -62,10 +57,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "bare USD for every GPU (needed with a linear cost model)",
     )
     add_backend_args(p)
-    p.add_argument("--out", help="output folder (default: results/<name>-search/<timestamp>/)")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
-    p.add_argument("--no-plots", action="store_true", help="skip drawing the figure")
-    add_format_arg(p)
+    add_out_args(p, "<name>-search", "the figure")
     return p
 
 
@@ -190,12 +182,10 @@ def _meta(args: argparse.Namespace, spec: SearchSpec, cfg: Any) -> dict[str, Any
 
 
 def _scenario_yaml(cfg: Any, args: argparse.Namespace) -> str:
-    from simulator.config import dump_scenario
+    from simulator.explore.sweep import headed_yaml
 
-    head = [f"# base scenario of a design search: {args.scenario}"]
-    head += [f"#   --set {item}" for item in args.set]
-    head += [f"#   --grid {item}" for item in args.grid]
-    return "\n".join(head) + "\n" + dump_scenario(cfg)
+    grid = [f"#   --grid {item}" for item in args.grid]
+    return headed_yaml(cfg, "a design search", args.scenario, args.set, grid)
 
 
 def search_console_table(table: pd.DataFrame, keys: list[str]) -> str:

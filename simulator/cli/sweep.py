@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.cli.common import (
     Subparsers,
     add_backend_args,
-    add_format_arg,
+    add_out_args,
     console_table,
+    results_folder,
     warn_stack,
 )
 from simulator.errors import InputError
@@ -59,10 +59,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "show their median and min-max band (default 1)",
     )
     add_backend_args(p)
-    p.add_argument("--out", help="output folder (default: results/<name>-sweep/<timestamp>/)")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
-    p.add_argument("--no-plots", action="store_true", help="skip drawing plots")
-    add_format_arg(p)
+    add_out_args(p, "<name>-sweep", "plots")
     p.add_argument(
         "--yes",
         action="store_true",
@@ -91,7 +88,6 @@ def run(args: argparse.Namespace) -> int:
         seeded_grid,
         sweep_base,
     )
-    from simulator.results.outdir import default_out_dir, reserve_out_dir
 
     # validate every grid point first, then run them, then write table and plots
     grid = parse_grid(args.grid, zipped=True)
@@ -108,16 +104,9 @@ def run(args: argparse.Namespace) -> int:
     check_points_fit(base, grid, args.scenario)  # a deployment that cannot exist: exit 2
     warn_stack(base_cfg.cost_model)
     print(f"{name}: {plan}", file=sys.stderr)
-    given = bool(args.out)
     # a default folder is reserved under a name no other sweep has, and removed on failure
-    out = Path(args.out) if given else reserve_out_dir(default_out_dir(f"{name}-sweep"))
-    try:
-        table = _run_into(out, given, args, base, base_cfg, grid, runs)
-    except BaseException:
-        if not given:
-            with suppress(OSError):
-                out.rmdir()  # only if still empty
-        raise
+    with results_folder(args.out, args.overwrite, f"{name}-sweep") as (out, tmp):
+        table = _run_into(tmp, args, base, base_cfg, grid, runs)
     failed = table[table["status"] == "failed"]
     print(f"{name}: {len(table) - len(failed)} of {len(table)} runs ok; results in {out}")
     print(_sweep_table(table, cell_keys(runs)))
@@ -126,43 +115,39 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_into(
-    out: Path,
-    given: bool,
+    tmp: Path,
     args: argparse.Namespace,
     base: dict[str, Any],
     base_cfg: ScenarioConfig,
     grid: dict[str, list[Any]],
     runs: dict[str, list[Any]],
 ) -> pd.DataFrame:
-    """Run the sweep (``runs``: the grid and its seeds) into a temporary folder renamed to
-    ``out`` at the end; the table."""
+    """Run the sweep (``runs``: the grid and its seeds) into the temporary folder ``tmp``
+    (``results_folder``'s); the table."""
     from simulator.explore.sweep import base_yaml, plot_keys, run_sweep
-    from simulator.results.outdir import atomic_dir, check_out_dir
     from simulator.results.writer import write_sweep
 
-    check_out_dir(out, args.overwrite, given=given)
     # on a terminal a bar (tqdm's, None: shown there only); off one, lines
     bar = None if sys.stderr.isatty() else False
-    with atomic_dir(out, args.overwrite, given=given) as tmp:
-        table = run_sweep(
-            base,
-            runs,
-            tmp,
-            source=args.scenario,
-            jobs=args.jobs,
-            plots=not args.no_plots,
-            fmt=args.format,
-            progress=False if args.no_progress else True if args.progress else bar,
-            backend=args.backend,
-            address=args.address,
-            report=None if args.no_progress or args.progress or bar is None else _say,
-        )
-        # the figures' keys: one per grid entry (keys varied together by their name)
-        keys = plot_keys(grid)
-        meta = {"scenario": args.scenario, "grid": grid, "set": args.set, "keys": keys}
-        meta["seeds"] = runs.get("seed", [base_cfg.seed])  # repeats of each point, not a key
-        scenario = base_yaml(base_cfg, args.scenario, args.set, grid)
-        write_sweep(table, tmp, meta, scenario, plots=not args.no_plots, fmt=args.format)
+    table = run_sweep(
+        base,
+        runs,
+        tmp,
+        source=args.scenario,
+        jobs=args.jobs,
+        plots=not args.no_plots,
+        fmt=args.format,
+        progress=False if args.no_progress else True if args.progress else bar,
+        backend=args.backend,
+        address=args.address,
+        report=None if args.no_progress or args.progress or bar is None else _say,
+    )
+    # the figures' keys: one per grid entry (keys varied together by their name)
+    keys = plot_keys(grid)
+    meta = {"scenario": args.scenario, "grid": grid, "set": args.set, "keys": keys}
+    meta["seeds"] = runs.get("seed", [base_cfg.seed])  # repeats of each point, not a key
+    scenario = base_yaml(base_cfg, args.scenario, args.set, grid)
+    write_sweep(table, tmp, meta, scenario, plots=not args.no_plots, fmt=args.format)
     return table
 
 

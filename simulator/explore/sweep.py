@@ -41,6 +41,7 @@ __all__ = [
     "check_points_fit",
     "check_some_point_is_valid",
     "grid_points",
+    "headed_yaml",
     "parse_grid",
     "plot_keys",
     "run_sweep",
@@ -238,11 +239,19 @@ def base_yaml(
 ) -> str:
     """The sweep's base scenario, ``--set`` applied and defaults spelled out, headed by what
     the grid changes (each run's own resolved scenario is in ``runs/<point>/``)."""
-    head = [f"# base scenario of a sweep: {source}"]
+    notes = [f"#   --grid {axis_text(axis, values)}" for axis, values in grid.items()]
+    notes.append("# each run's resolved scenario: runs/<point>/scenario.yaml")
+    return headed_yaml(cfg, "a sweep", source, sets, notes)
+
+
+def headed_yaml(
+    cfg: ScenarioConfig, what: str, source: str, sets: list[str] | None, notes: list[str]
+) -> str:
+    """The base scenario of ``what`` (a sweep, a search) as YAML, defaults spelled out, under
+    comment lines: the file it came from, each ``--set`` applied, then ``notes``."""
+    head = [f"# base scenario of {what}: {source}"]
     head += [f"#   --set {item}" for item in sets or []]
-    head += [f"#   --grid {axis_text(axis, values)}" for axis, values in grid.items()]
-    head.append("# each run's resolved scenario: runs/<point>/scenario.yaml")
-    return "\n".join(head) + "\n" + dump_scenario(cfg)
+    return "\n".join([*head, *notes]) + "\n" + dump_scenario(cfg)
 
 
 def check_some_point_is_valid(base: dict[str, Any], grid: dict[str, list[Any]], src: str) -> None:
