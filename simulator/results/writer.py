@@ -40,6 +40,21 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+def _strict_json(value: Any) -> str:
+    """``value`` as indented strict JSON (``json_safe``: NaN and infinities as null), one
+    final newline."""
+    return json.dumps(json_safe(value), indent=2, default=_json_default, allow_nan=False) + "\n"
+
+
+def _write_files(folder: Path, table: tuple[str, pd.DataFrame], texts: dict[str, str]) -> None:
+    """Write a sweep's, search's or capacity search's files into ``folder``: its table
+    (file name, frame) as Parquet, and each of ``texts`` (file name -> text)."""
+    name, frame = table
+    frame.to_parquet(folder / name, index=False)
+    for file, text in texts.items():
+        (folder / file).write_text(text)
+
+
 def write_result(
     result: SimulationResult, folder: Path, plots: bool = True, fmt: str = "png"
 ) -> None:
@@ -62,9 +77,7 @@ def write_result(
     summary["workload_notes"] = list(result.extras.get("workload_notes", []))
     if result.replicas is not None:
         summary["replicas"] = result.replicas.to_dict(orient="records")
-    (folder / "summary.json").write_text(
-        json.dumps(json_safe(summary), indent=2, default=_json_default, allow_nan=False) + "\n"
-    )
+    (folder / "summary.json").write_text(_strict_json(summary))
     if result.scenario is not None:
         (folder / "scenario.yaml").write_text(dump_scenario(result.scenario))
     if plots:
@@ -105,9 +118,8 @@ def write_sweep(
     fmt: str = "png",
 ) -> None:
     """Write a sweep's table, its grid (``meta``), base scenario and plots into ``folder``."""
-    table.to_parquet(folder / SWEEP_FILE, index=False)
-    (folder / SWEEP_META).write_text(json.dumps(meta, indent=2) + "\n")
-    (folder / "scenario.yaml").write_text(scenario_yaml)
+    texts = {SWEEP_META: json.dumps(meta, indent=2) + "\n", "scenario.yaml": scenario_yaml}
+    _write_files(folder, (SWEEP_FILE, table), texts)
     if plots:
         from simulator.plots.sweep import save_sweep_plots
 
@@ -123,10 +135,8 @@ def write_capacity(
 ) -> None:
     """Write a capacity search's ``capacity.json`` (strict JSON), its probes as a table,
     its base scenario and its figure into ``folder``."""
-    text = json.dumps(json_safe(found), indent=2, default=_json_default, allow_nan=False)
-    (folder / CAPACITY_FILE).write_text(text + "\n")
-    pd.DataFrame(found["probes"]).to_parquet(folder / "probes.parquet", index=False)
-    (folder / "scenario.yaml").write_text(scenario_yaml)
+    texts = {CAPACITY_FILE: _strict_json(found), "scenario.yaml": scenario_yaml}
+    _write_files(folder, ("probes.parquet", pd.DataFrame(found["probes"])), texts)
     if plots:
         from simulator.plots.capacity import save_capacity_plot
 
@@ -147,10 +157,8 @@ def write_search(
 ) -> None:
     """Write a design search's table, what it searched (``search.json``), its base scenario
     and its Pareto figure into ``folder``."""
-    table.to_parquet(folder / SEARCH_FILE, index=False)
-    text = json.dumps(json_safe(meta), indent=2, default=_json_default, allow_nan=False)
-    (folder / "search.json").write_text(text + "\n")
-    (folder / "scenario.yaml").write_text(scenario_yaml)
+    texts = {"search.json": _strict_json(meta), "scenario.yaml": scenario_yaml}
+    _write_files(folder, (SEARCH_FILE, table), texts)
     if plots:
         from simulator.plots.search import save_search_plot
 
