@@ -7,27 +7,13 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.engine.step_sink import StepSink
-from simulator.metrics import StepStats, build_steps
+from simulator.metrics import STEP_INT_FIELDS, StepStats, build_steps
 
-STEP_INT_FIELDS = (
-    "num_seqs",
-    "num_tokens",
-    "num_prefill_tokens",
-    "num_decode_seqs",
-    "blocks_used",
-    "num_running",
-    "num_waiting",
-    "num_preemptions",
-    "num_cached_blocks",
-    "cpu_store_bytes",
-    "cpu_load_bytes",
-    "shared_store_bytes",
-    "shared_load_bytes",
-    "num_accepted_tokens",
-)
-"""Integer columns of a step row, in the order ``record_step`` takes them (then the KV bytes
-moved to and from the tiers below the GPU: ``Scheduler.take_kv_moved``; last the draft tokens
-the step's verifications accepted, known once it is applied)."""
+__all__ = ["STEP_INT_FIELDS", "StepBuffer"]
+
+# STEP_INT_FIELDS (metrics.steps): the integer columns in the order ``record_step`` takes them
+# (then the KV bytes moved to and from the tiers below the GPU: ``Scheduler.take_kv_moved``;
+# last the draft tokens the step's verifications accepted, known once it is applied)
 
 _USED = STEP_INT_FIELDS.index("blocks_used")
 _KEPT = STEP_INT_FIELDS.index("num_cached_blocks")

@@ -3,7 +3,7 @@ derived from them (every timestamp and metric is defined once: docs/metrics.md).
 
 from simulator.metrics.distribution import Distribution
 from simulator.metrics.requests import REQUEST_COLUMNS, build_requests
-from simulator.metrics.steps import STEP_COLUMNS, StepStats, build_steps
+from simulator.metrics.steps import STEP_COLUMNS, STEP_INT_FIELDS, StepStats, build_steps
 from simulator.metrics.summary import DEFAULT_PERCENTILES, LATENCY_METRICS, meets_slo, summarize
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "LATENCY_METRICS",
     "REQUEST_COLUMNS",
     "STEP_COLUMNS",
+    "STEP_INT_FIELDS",
     "Distribution",
     "StepStats",
     "build_requests",

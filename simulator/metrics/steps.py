@@ -30,6 +30,12 @@ STEP_COLUMNS = [
     "num_accepted_tokens",
 ]
 
+STEP_INT_FIELDS = tuple(
+    c for c in STEP_COLUMNS if c not in ("step", "start_s", "duration_s", "kv_utilization")
+)
+"""The integer columns a step row is recorded with, in the table's order: all but the step's
+number, its start and duration (floats) and ``kv_utilization`` (from ``blocks_used``)."""
+
 
 def build_steps(
     times: np.ndarray,
