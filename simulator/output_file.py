@@ -16,6 +16,7 @@ from pathlib import Path
 from simulator.errors import InputError, reason_of
 
 __all__ = [
+    "check_can_create_in",
     "check_output_file",
     "check_output_folder",
     "nearest_existing",
@@ -40,17 +41,21 @@ def nearest_existing(path: Path) -> Path:
     return path
 
 
-def _check_can_create_in(folder: Path, label: str) -> None:
-    """``folder``, or the folders ``mkdir -p`` would make for it, can hold new files."""
+def check_can_create_in(folder: Path, label: str, *, make_folder: bool = False) -> None:
+    """``folder``, or the folders ``mkdir -p`` would make for it, can hold new files (new
+    folders, with ``make_folder``); else an InputError naming ``label``."""
     anchor = nearest_existing(folder)
     if not anchor.is_dir():
         raise InputError(f"{label}: cannot create ({anchor} is not a folder)")
     if not os.access(anchor, os.W_OK | os.X_OK):
         raise InputError(f"{label}: cannot create ({os.strerror(errno.EACCES)})")
     try:  # a real attempt: root passes os.access, and /proc or a read-only mount do not say
-        fd, probe = tempfile.mkstemp(prefix=".servesim-probe-", dir=anchor)
-        os.close(fd)
-        os.unlink(probe)
+        if make_folder:
+            os.rmdir(tempfile.mkdtemp(prefix=".servesim-probe-", dir=anchor))
+        else:
+            fd, probe = tempfile.mkstemp(prefix=".servesim-probe-", dir=anchor)
+            os.close(fd)
+            os.unlink(probe)
     except OSError as err:
         raise InputError(f"{label}: cannot create ({reason_of(err)})") from None
 
@@ -65,7 +70,7 @@ def check_output_file(path: str | Path, label: str | None = None) -> Path:
         raise InputError(f"{label}: is a folder; give a file name")
     if os.path.lexists(p) and not p.is_file():
         raise InputError(f"{label}: exists and is not a regular file")
-    _check_can_create_in(p.parent, label)
+    check_can_create_in(p.parent, label)
     return p
 
 
@@ -76,7 +81,7 @@ def check_output_folder(path: str | Path, label: str | None = None) -> Path:
     label = label or str(p)
     if os.path.lexists(p) and not p.is_dir():
         raise InputError(f"{label}: exists and is not a folder")
-    _check_can_create_in(p, label)
+    check_can_create_in(p, label)
     return p
 
 

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from simulator.errors import InputError, reason_of
-from simulator.output_file import nearest_existing, umask
+from simulator.output_file import check_can_create_in, umask
 
 __all__ = ["MARKER", "atomic_dir", "check_out_dir", "default_out_dir", "reserve_out_dir"]
 
@@ -97,15 +97,7 @@ def check_out_dir(out: Path, overwrite: bool, *, given: bool = True) -> Path:
     if non_empty:
         _check_ours(path, label)
     # The results are written to a temporary folder beside ``path``, created with its parents
-    anchor = nearest_existing(path.parent)
-    if not anchor.is_dir():
-        raise InputError(f"{label}: cannot create ({anchor} is not a folder)")
-    if not os.access(anchor, os.W_OK | os.X_OK):
-        raise InputError(f"{label}: cannot create ({os.strerror(errno.EACCES)})")
-    try:  # a real attempt: root passes os.access, and /proc or a read-only mount do not say
-        os.rmdir(tempfile.mkdtemp(prefix=".servesim-probe-", dir=anchor))
-    except OSError as err:
-        raise InputError(f"{label}: cannot create ({reason_of(err)})") from None
+    check_can_create_in(path.parent, label, make_folder=True)
     return path
 
 
