@@ -201,12 +201,20 @@ def _timeline_axes(fig: Figure, binned: pd.DataFrame, what: str) -> bool:
     return True
 
 
+def _panel(ax: Axes, title: str, ylabel: str, binned: pd.DataFrame, column: str) -> bool:
+    """Head a timeline panel; False, noting which step column is missing, when ``binned``
+    lacks ``column`` (a step column's aggregate, e.g. ``duration_s_mean``)."""
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    if column not in binned:
+        no_data(ax, f"no {column.rsplit('_', 1)[0]} column")
+        return False
+    return True
+
+
 def _kv_panel(ax: Axes, t: np.ndarray, binned: pd.DataFrame) -> None:
     """KV-block utilization in percent."""
-    ax.set_title("KV-cache utilization")
-    ax.set_ylabel("KV blocks used (%)")
-    if "kv_utilization_mean" not in binned:
-        no_data(ax, "no kv_utilization column")
+    if not _panel(ax, "KV-cache utilization", "KV blocks used (%)", binned, "kv_utilization_mean"):
         return
     label = "time-weighted mean per bin" if _is_binned(binned) else "per step"
     util = 100 * binned["kv_utilization_mean"].to_numpy()
@@ -232,10 +240,8 @@ def _queue_panel(ax: Axes, t: np.ndarray, binned: pd.DataFrame) -> None:
 def _preemption_panel(ax: Axes, binned: pd.DataFrame, total: int) -> None:
     """Preemptions per time bin (or per step) as vertical bars at the times they happened."""
     per = "per time bin" if _is_binned(binned) else "per step"
-    ax.set_title(f"Preemptions ({total:,} total, {per})")
-    ax.set_ylabel("preemptions")
-    if "num_preemptions_sum" not in binned:
-        no_data(ax, "no num_preemptions column")
+    title = f"Preemptions ({total:,} total, {per})"
+    if not _panel(ax, title, "preemptions", binned, "num_preemptions_sum"):
         return
     if total == 0:
         axes_note(ax, "no preemptions in this run")
@@ -266,10 +272,7 @@ def kv_timeline_figure(binned: pd.DataFrame) -> Figure:
 
 def _duration_panel(ax: Axes, t: np.ndarray, binned: pd.DataFrame) -> None:
     """Mean step time per bin with the bin's min-max range shaded."""
-    ax.set_title("Step duration")
-    ax.set_ylabel("step time (ms)")
-    if "duration_s_mean" not in binned:
-        no_data(ax, "no duration_s column")
+    if not _panel(ax, "Step duration", "step time (ms)", binned, "duration_s_mean"):
         return
     if _is_binned(binned):
         lo, hi = 1e3 * binned["duration_s_min"], 1e3 * binned["duration_s_max"]
