@@ -11,7 +11,7 @@ from simulator.errors import InputError
 from simulator.workload.config import ArrivalConfig
 from simulator.workload.csv_table import CsvTable
 from simulator.workload.diurnal import DiurnalRate
-from simulator.workload.inputs import need_file
+from simulator.workload.inputs import existing_file
 from simulator.workload.rate_schedule import PiecewiseRate, RateSchedule, schedule_problem
 
 SCHEDULE_COLUMNS = ("time_s", "rate")
@@ -71,7 +71,7 @@ def rate_schedule(cfg: ArrivalConfig) -> RateSchedule | None:
 def read_rate_csv(path: str) -> tuple[np.ndarray, np.ndarray]:
     """Times and rates of a ``time_s, rate`` CSV; InputError ``FILE:LINE: reason`` on the
     first bad row (header = line 1)."""
-    need_file(path, "workload.arrival.rate_schedule_csv")
+    existing_file(path, "workload.arrival.rate_schedule_csv")
     table = CsvTable.load(path, SCHEDULE_COLUMNS, lambda header: "", what="rows")
     t, rates = table.numbers("time_s"), table.numbers("rate")
     problem = schedule_problem(t, rates)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import InputError
+from simulator.workload.inputs import existing_file
 
 # Where pandas' C parser says a malformed record is: "line N" (1-based record, header = 1)
 # or "row N" (0-based record); records, not physical lines, so only used as a fallback.
@@ -117,20 +118,6 @@ class CsvTable(Where):
     def text(self, column: str, row: int) -> str:
         """A cell as written, without surrounding whitespace."""
         return str(self.frame[column].iloc[row]).strip()
-
-
-def existing_file(path: str | Path) -> Path:
-    """``path`` as a Path, or an InputError if it is no file (naming ``servesim fetch``)."""
-    file = Path(path)
-    if file.is_dir():
-        raise InputError(f"{path}: is a folder, not a file")
-    if not file.is_file():
-        # the public traces are not shipped: point at the downloader
-        raise InputError(
-            f"{path}: file not found (relative to {Path.cwd()}; "
-            "`servesim fetch --list` shows the public traces it can download)"
-        )
-    return file
 
 
 def _read_records(data: bytes, name: str) -> pd.DataFrame:

@@ -7,17 +7,23 @@ from pathlib import Path
 from simulator.errors import InputError
 
 
-def need_file(path: str, field: str) -> None:
-    """A missing input file named by ``workload.<field>``: one line saying which key and how
-    to get the public files (the readers would name the file but not the key)."""
+def existing_file(path: str | Path, field: str | None = None) -> Path:
+    """``path`` as a Path, or a one-line InputError if it is no file. ``field``: the key
+    ``workload.<field>`` that names it, said first, with how to fetch a registered file (the
+    readers would name the file but not the key); without it, where to list the public files."""
     file = Path(path)
+    where = f"{path}" if field is None else f"workload.{field}: {path}"
     if file.is_dir():
-        raise InputError(f"workload.{field}: {path}: is a folder, not a file")
+        raise InputError(f"{where}: is a folder, not a file")
     if not file.is_file():
-        raise InputError(
-            f"workload.{field}: {path}: file not found (relative to {Path.cwd()}); "
-            f"{fetch_hint(path, field)}"
-        )
+        # the public files are not shipped: point at the downloader
+        missing = f"{where}: file not found (relative to {Path.cwd()}"
+        if field is None:
+            raise InputError(
+                f"{missing}; `servesim fetch --list` shows the public traces it can download)"
+            )
+        raise InputError(f"{missing}); {fetch_hint(path, field)}")
+    return file
 
 
 def fetch_hint(path: str | Path, field: str = "trace.path") -> str:

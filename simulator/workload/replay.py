@@ -6,7 +6,7 @@ import numpy as np
 
 from simulator.errors import InputError
 from simulator.workload.config import TraceConfig
-from simulator.workload.inputs import need_file
+from simulator.workload.inputs import existing_file
 from simulator.workload.rate_schedule import PiecewiseRate
 from simulator.workload.traces import read_trace
 from simulator.workload.workload import Workload
@@ -15,7 +15,7 @@ from simulator.workload.workload import Workload
 def replay(cfg: TraceConfig) -> Workload:
     """The requests of the trace ``cfg`` names, in its time window, rebased to start at 0 and
     stretched by ``time_scale`` (or ``time_scale_schedule``)."""
-    need_file(cfg.path, "trace.path")
+    existing_file(cfg.path, "trace.path")
     full = read_trace(cfg.path, cfg.format, cfg.hash_block_tokens)
     t = full.arrival_s
     keep = np.ones(len(t), dtype=bool)

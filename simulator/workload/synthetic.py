@@ -15,7 +15,7 @@ from simulator.workload.config import (
     UniformLen,
     WorkloadConfig,
 )
-from simulator.workload.inputs import need_file
+from simulator.workload.inputs import existing_file
 from simulator.workload.shared_prefix import draw_priorities, shared_prefix_prompts
 from simulator.workload.traces import read_length_column
 from simulator.workload.workload import Workload
@@ -95,7 +95,7 @@ def _round_clip(draws: np.ndarray, cfg: NormalLen | LognormalLen) -> np.ndarray:
 def _empirical(
     cfg: EmpiricalLen, n: int, rng: np.random.Generator, field: str
 ) -> tuple[np.ndarray, tuple[str, ...]]:
-    need_file(cfg.path, f"{field}.path")
+    existing_file(cfg.path, f"{field}.path")
     pool, zeros = read_length_column(cfg.path, cfg.column)
     notes = (f"{field}: {zeros} zero lengths in {cfg.path}:{cfg.column} set to 1",) if zeros else ()
     return pool[rng.integers(0, len(pool), size=n)], notes
