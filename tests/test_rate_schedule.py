@@ -299,7 +299,10 @@ def _scenario(tmp_path: Path, arrival: dict[str, Any]) -> Path:
         ({"rate_schedule": [[0, 2], [10, -1]]}, "workload.arrival.rate_schedule"),
         ({"rate_schedule": [[0, 2], [10, 1], [4, 1]]}, "entry 2: time 4.0 is not after"),
         ({"rate_schedule_csv": "BAD_CSV"}, "rate.csv:3: rate -1.0"),
-        ({"rate_schedule_csv": "/nonexistent.csv"}, "/nonexistent.csv: file not found"),
+        (
+            {"rate_schedule_csv": "/nonexistent.csv"},
+            "error: workload.arrival.rate_schedule_csv: /nonexistent.csv: file not found",
+        ),
         ({"rate_schedule": [[0, 10], [1, 0]]}, "the rate ends at 0 and only 11 of the 50"),
     ],
 )

@@ -71,7 +71,7 @@ def rate_schedule(cfg: ArrivalConfig) -> RateSchedule | None:
 def read_rate_csv(path: str) -> tuple[np.ndarray, np.ndarray]:
     """Times and rates of a ``time_s, rate`` CSV; InputError ``FILE:LINE: reason`` on the
     first bad row (header = line 1)."""
-    existing_file(path, "workload.arrival.rate_schedule_csv")
+    existing_file(path, "arrival.rate_schedule_csv")
     table = CsvTable.load(path, SCHEDULE_COLUMNS, lambda header: "", what="rows")
     t, rates = table.numbers("time_s"), table.numbers("rate")
     problem = schedule_problem(t, rates)
