@@ -173,7 +173,7 @@ class Cluster:
             # transfer starts then), so its steps must not run ahead of the clock
             fast_decode=fast_decode and spec.role != "prefill",
             # decode steps held ahead where only the router hands work over or reads
-            holds=self.by_state and not (self.link or self.shared or self.resizes),
+            holds=self.by_state and not (self.link or self.shared),
         )
         return Replica(k, spec.name, spec.role, server)
 

@@ -141,8 +141,10 @@ class FastWindow:
         """The decode steps the scheduler offers from now, timed up to about ``horizon`` (at
         least one) and at most to the first in which members finish, not taken; None if it
         offers none, or none whose end a timeout from any instant since now lands on exactly
-        (ends past twice now)."""
+        (ends past twice now), or if a window would reach two steps before being stopped."""
         now = self.env.now
+        if self.next_arrival() - now > 2 * self._guess:
+            return None  # a window reaches two steps or more: as far as a hold mostly does
         stretch = self.scheduler.decode_stretch()
         segment = None if stretch is None else next(stretch.segments, None)
         if segment is None or now <= 0:

@@ -204,7 +204,7 @@ class Server:
                 yield from self._async_step()
                 continue
             if window is not None:
-                if self._holds:
+                if self._holds and not sched.num_waiting:
                     held = window.hold(self._horizon())
                     if held is not None:
                         yield from self._hold(window, held)
@@ -228,10 +228,11 @@ class Server:
         self._held = held
         try:
             yield self.env.timeout(held.end - self.env.now)  # lands there: ``Held``
-        except simpy.Interrupt:
-            final, self._final = self._final, None
-            assert final is not None
-            yield self.env.timeout(final[2] - self.env.now)  # lands there, as above
+        except simpy.Interrupt:  # cut before its last step
+            assert self._final is not None
+            yield self.env.timeout(self._final[2] - self.env.now)  # lands there, as above
+        final, self._final = self._final, None
+        if final is not None:  # cut: the step that was in flight then ends now
             window.finish(final)
             return
         self._held = None
@@ -239,11 +240,13 @@ class Server:
 
     def _cut(self) -> None:
         """A submission comes while steps are held: take those started by now, the last one
-        in flight, and wake the server process to see it end."""
+        in flight, and wake the server process to see that one end."""
         held, self._held = self._held, None
         assert held is not None and self._window is not None and self._process is not None
-        self._final = self._window.take_held(held, held.num_started(self.env.now), True)
-        self._process.interrupt()
+        k = held.num_started(self.env.now)
+        self._final = self._window.take_held(held, k, True)
+        if k < len(held.starts):  # else its end is where the server sleeps to already
+            self._process.interrupt()
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
         """One step through ``schedule()`` and ``update()``."""
