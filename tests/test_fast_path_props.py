@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 
 import simulator.runner
 
-ROUTERS = ["round_robin", "least_outstanding", "least_tokens", "least_kv", "prefix_affinity"]
+ROUTERS = [
+    "round_robin",
+    "least_outstanding",
+    "least_tokens",
+    "least_kv",
+    "power_of_two",
+    "prefix_affinity",
+]
 
 
 @st.composite

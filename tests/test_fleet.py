@@ -110,7 +110,7 @@ def test_a_fleet_pinned_at_n_replicas_is_the_fixed_cluster_bit_for_bit(router: s
     assert b.summary["gpu_seconds"] == pytest.approx(4 * b.tables["fleet"]["time_s"].iloc[-1])
 
 
-@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding", "least_kv"])
 def test_deferred_decode_steps_change_nothing_while_the_fleet_scales(router: str) -> None:
     cfg = fleet(router)
     cfg["workload"]["num_requests"] = 6000

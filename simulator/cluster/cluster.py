@@ -8,13 +8,13 @@ When a request is routed, and what the router sees (also in docs/cluster.md):
   the run: each replica then gets its share through its own arrival process, exactly as a
   single server gets its workload (one replica behind such a router *is* a single server);
   when nothing else passes between them, one replica after the other (``apart.py``).
-- A router that reads state decides at the routing instant, behind the step boundaries at
-  that instant (a zero-delay timeout; simpy runs same-time events first in, first out), and
-  sees each replica as a step-by-step run shows it then: a step in flight is planned.
-- A replica's deferred decode steps never start at or after an instant at which something
-  may be handed to it or its state read: the next routing instant for a state-reading router,
-  its own next request otherwise; a decode replica also stops at the earliest instant a prefill
-  could end and at the landing of each KV transfer on its way.
+- A router that reads state decides at the routing instant, behind the step boundaries then
+  (a zero-delay timeout if any; simpy runs same-time events first in, first out), and sees
+  each replica as a step-by-step run shows it then: a step in flight is planned.
+- A replica's fast steps never start at or after an instant something may be handed to it:
+  its own next request, or behind a router that reads state the next routing instant, but
+  there decode stretches are timed ahead and held (``Held``), taken when a request comes or
+  they end; a decode replica stops where a prefill could end and at each KV landing.
 - Disaggregated: the prefill replica samples the first token (TTFT ends there); the decode
   replica is chosen when the prefill ends; the KV (``prompt_len`` tokens) then takes
   ``bytes / bandwidth + latency`` on the link after the transfers booked before it; the
@@ -109,8 +109,7 @@ class Cluster:
         self._next_at = [INF] * num_replicas  # per replica: its next request's instant
         self._next_route = INF  # the next routing instant (routing by state)
         self._pending: list[list[float]] = [[] for _ in range(num_replicas)]  # KV landings
-        # KV transfers booked and not landed; whether every prefill replica has stopped
-        self._transfers, self._prefill_over = 0, False
+        self._transfers, self._prefill_over = 0, False  # KV on links; all prefills done
         self.replicas: list[Replica] = []
         for spec in groups:
             self._add_group(spec, progress, fast_decode, steps)
@@ -159,11 +158,9 @@ class Cluster:
             except ValueError as err:
                 raise InputError(f"cluster.shared_kv: {err}") from None
         rec = self.records.recorder_for(scheduler.num_blocks, make_sink(steps, None))
-        retire = None
-        if spec.role == "prefill":
-            retire = self._prefill_retire(k)
-        elif self.by_state or self.decode_router.reads_state and spec.role == "decode":
-            retire = self._counting_retire(k)
+        counts = self.by_state or self.decode_router.reads_state and spec.role == "decode"
+        retire = self._prefill_retire(k) if spec.role == "prefill" else None
+        retire = self._counting_retire(k) if counts and retire is None else retire
         server = Server(
             simpy.Environment() if self.apart else self.env,
             scheduler,
@@ -175,6 +172,8 @@ class Cluster:
             # a prefill replica hands each finished prompt on at the clock's instant (its
             # transfer starts then), so its steps must not run ahead of the clock
             fast_decode=fast_decode and spec.role != "prefill",
+            # decode steps held ahead where only the router hands work over or reads
+            holds=self.by_state and not (self.link or self.shared),
         )
         return Replica(k, spec.name, spec.role, server)
 
@@ -331,7 +330,8 @@ class Cluster:
             if t > env.now:
                 self._next_route, wake = sleep_until(env, t)
                 yield wake
-                yield env.timeout(0)  # behind the replicas' step boundaries at this instant
+                if env.peek() <= env.now:  # behind the step boundaries at this instant
+                    yield env.timeout(0)
             elif i == 0:
                 yield env.timeout(0)
             fits = self._eligible(i)

@@ -16,7 +16,7 @@ step-by-step timeouts would have landed (``start + sum`` in float is not always 
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Generator
 from itertools import accumulate, islice
 from operator import mul
@@ -26,6 +26,7 @@ import simpy
 
 from simulator.cost.batch import StepSums
 from simulator.cost.interface import CostModel
+from simulator.engine.held import Held
 from simulator.engine.recorder import Recorder
 from simulator.scheduling.interface import DecodeStretch, Scheduler, StepPlan
 from simulator.scheduling.sequence import Sequence
@@ -50,6 +51,7 @@ class FastWindow:
         next_arrival: Callable[[], float],
         retire: Retire,
         cut_at_finish: bool,
+        holds: bool = False,
     ) -> None:
         self.env, self.scheduler, self.recorder = env, scheduler, recorder
         self.next_arrival = next_arrival
@@ -57,6 +59,8 @@ class FastWindow:
         self.retire = retire
         self.cut_at_finish = cut_at_finish
         """End a stretch where requests finish (in a closed loop their slots send new ones)."""
+        self.holds = holds
+        """Decode stretches are held (``hold``): a window ends where one begins."""
         self._time_sums = cost_model.time_sums
         self._time_decodes = cost_model.time_decodes
         self.end = 0.0
@@ -71,6 +75,8 @@ class FastWindow:
         final: Final | None = None  # the step in flight as the window ends: applied then
         while end < self.next_arrival() or not steps:
             stretch = sched.decode_stretch()
+            if stretch is not None and steps and self.holds:
+                break  # held from its first step's start (``hold``)
             if stretch is not None:
                 end, last_start, k, final = self._stretch(stretch, start, end, not steps)
                 steps += k
@@ -128,6 +134,51 @@ class FastWindow:
             rec.record_samples(plan.sampled, end)
         if done:
             self.retire(done, end)
+
+    # -- decode steps held ahead (behind a router that reads state) ---------------------------
+
+    def hold(self, horizon: float) -> Held | None:
+        """The decode steps the scheduler offers from now, timed up to about ``horizon`` (at
+        least one) and at most to the first in which members finish, not taken; None if it
+        offers none, or none whose end a timeout from any instant since now lands on exactly
+        (ends past twice now), or if a window would reach two steps before being stopped."""
+        now = self.env.now
+        if self.next_arrival() - now > 2 * self._guess:
+            return None  # a window reaches two steps or more: as far as a hold mostly does
+        stretch = self.scheduler.decode_stretch()
+        segment = None if stretch is None else next(stretch.segments, None)
+        if segment is None or now <= 0:
+            return None
+        assert stretch is not None
+        m, contexts, used, _, kept = segment
+        guess = self._guess or self._time_sums(StepSums.decode(m, contexts[0]))
+        n = min(len(contexts), max(int((horizon - now) / guess), 0) + 2)
+        each = self._time_decodes(m, contexts[:n])
+        ends = list(accumulate(each, initial=now))
+        # a timeout from ``t`` >= now to an end at most ``2 t`` lands there (Sterbenz)
+        k = bisect_right(ends, 2 * now, 1, n + 1) - 1
+        if k < 1:
+            return None
+        self._guess = each[k - 1]
+        used_k = list(islice(used, k))
+        return Held(ends[:k], each[:k], used_k, [(0, m, kept)], stretch.num_blocks)
+
+    def take_held(self, held: Held, k: int, in_flight: bool) -> Final | None:
+        """Take the first ``k`` steps of ``held``: their rows, their tokens, who finished at
+        their ends; with ``in_flight`` the last is only planned, and returned (``finish``
+        applies it when the clock reaches its end)."""
+        starts, durations = held.starts[:k], held.durations[:k]
+        self.recorder.record_decode_steps(
+            held.sizes, starts, durations, held.used[:k], held.num_blocks, open_last=in_flight
+        )
+        for j, seqs in self.scheduler.take_decodes(k, in_flight):
+            self.retire(seqs, starts[j] + durations[j])
+        self.end = starts[-1] + durations[-1]
+        return (None, starts[-1], self.end, held.num_seqs) if in_flight else None
+
+    def finish(self, final: Final) -> None:
+        """Apply the step ``take_held`` left in flight, now at its end."""
+        self._apply(*final)
 
     # -- a stretch of pure decode steps ----------------------------------------------------
 

@@ -25,14 +25,15 @@ Timing rules (also in docs/metrics.md):
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, cast
 
 import simpy
 
 from simulator.cost.batch import Batch
 from simulator.cost.interface import CostModel
 from simulator.engine.drafts import DraftCost
-from simulator.engine.fast_window import FastWindow, Retire
+from simulator.engine.fast_window import FastWindow, Final, Retire
+from simulator.engine.held import Held
 from simulator.engine.kv_loads import KVLoads
 from simulator.engine.recorder import NO_MOVES, Recorder
 from simulator.scheduling.interface import Scheduler, StepPlan
@@ -55,13 +56,11 @@ class Server:
         on_done: Callable[[int, float], object] | None = None,
         retire: Retire | None = None,
         drafts: DraftCost | None = None,
+        holds: bool = False,
     ) -> None:
-        self.env = env
-        self._scheduler = scheduler
-        self._cost_model = cost_model
-        self.recorder = recorder
-        self._progress = progress
-        self._on_done = on_done
+        self.env, self.recorder = env, recorder
+        self._scheduler, self._cost_model = scheduler, cost_model
+        self._progress, self._on_done = progress, on_done
         # What becomes of the sequences that finished in a step ending at a given time: their
         # finish is recorded (a cluster's prefill replica hands them on instead).
         self._retire = retire or self.record_finished
@@ -88,10 +87,18 @@ class Server:
                 next_arrival,
                 self._retire,
                 cut_at_finish=on_done is not None,
+                holds=holds,
             )
             if fast_decode and cost_model.times_from_sums and not special and not scheduler.moves_kv
             else None
         )
+        # Decode steps timed ahead and taken only when a submission comes or they end
+        # (``FastWindow.hold``): behind a router that reads state, a request may be handed
+        # over at any routing instant, so a window would stop at every one of them
+        self._holds, self._held = holds and self._window is not None, cast(Held | None, None)
+        self._final: Final | None = None  # the step in flight when a submission cut a hold
+        self._process: simpy.Process | None = None
+        self._num_submitted, self._first_submit = 0, 0.0  # the horizon of a hold
         # KV loads from the tiers below the GPU's, one FIFO link per tier (``kv_loads.py``)
         self._loads = KVLoads(scheduler.kv_links()) if scheduler.moves_kv else None
 
@@ -110,6 +117,9 @@ class Server:
     @property
     def num_blocks_used(self) -> int:
         """KV blocks held now."""
+        held = self._held
+        if held is not None:  # the step in flight now is planned
+            return held.used[held.num_started(self.env.now) - 1]
         return self._scheduler.num_blocks_used
 
     @property
@@ -125,6 +135,9 @@ class Server:
     @property
     def num_sampled(self) -> int:
         """Tokens sampled so far."""
+        held = self._held
+        if held is not None:  # each step ended by now sampled a token per member
+            return self.recorder.num_tokens + held.num_seqs * (held.num_started(self.env.now) - 1)
         return self.recorder.num_tokens
 
     @property
@@ -153,6 +166,12 @@ class Server:
             if self._progress is not None:
                 self._progress(1)
             return False
+        if self._held is not None:
+            self._cut()
+        if self._holds:
+            if not self._num_submitted:
+                self._first_submit = self.env.now
+            self._num_submitted += 1
         if prefilled:
             self._scheduler.add_prefilled(seq)
         else:
@@ -172,6 +191,7 @@ class Server:
     def run(self) -> simpy.events.ProcessGenerator:
         """The server's process: step while there is work, sleep while there is none."""
         sched, window = self._scheduler, self._window
+        self._process = self.env.active_process
         while True:
             if not sched.has_work():
                 if self._closed and not sched.num_loading:
@@ -184,11 +204,49 @@ class Server:
                 yield from self._async_step()
                 continue
             if window is not None:
+                if self._holds and not sched.num_waiting:
+                    held = window.hold(self._horizon())
+                    if held is not None:
+                        yield from self._hold(window, held)
+                        continue
                 if (yield from window.run()):
                     continue
                 # the group's last step ended now: its members' last tokens were sampled then
                 self.recorder.end_decode_run(sched.decode_batch_ids(), self.env.now)  # type: ignore[arg-type]
             yield from self._step()
+
+    # -- held decode steps --------------------------------------------------------------------
+
+    def _horizon(self) -> float:
+        """How far ahead to time held steps: twice the mean gap between submissions."""
+        now, n = self.env.now, self._num_submitted
+        return now + 2 * (now - self._first_submit) / n if n else now
+
+    def _hold(self, window: FastWindow, held: Held) -> Generator[simpy.Event, Any, None]:
+        """Sleep to the end of ``held`` and take its steps, unless a submission cuts it
+        (``_cut``): then sleep to the end of the step in flight at that instant and apply it."""
+        self._held = held
+        try:
+            yield self.env.timeout(held.end - self.env.now)  # lands there: ``Held``
+        except simpy.Interrupt:  # cut before its last step
+            assert self._final is not None
+            yield self.env.timeout(self._final[2] - self.env.now)  # lands there, as above
+        final, self._final = self._final, None
+        if final is not None:  # cut: the step that was in flight then ends now
+            window.finish(final)
+            return
+        self._held = None
+        window.take_held(held, len(held.starts), False)
+
+    def _cut(self) -> None:
+        """A submission comes while steps are held: take those started by now, the last one
+        in flight, and wake the server process to see that one end."""
+        held, self._held = self._held, None
+        assert held is not None and self._window is not None and self._process is not None
+        k = held.num_started(self.env.now)
+        self._final = self._window.take_held(held, k, True)
+        if k < len(held.starts):  # else its end is where the server sleeps to already
+            self._process.interrupt()
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
         """One step through ``schedule()`` and ``update()``."""
