@@ -28,6 +28,7 @@ class Replica:
         instant a router reads it, without asking the scheduler each time."""
         self._owed = 0  # prompt + output tokens to sample, of the requests routed here, less
         # the prompt tokens of those finished here
+        self._num_blocks = server.num_blocks  # fixed: read at every routing by ``least_kv``
 
     # -- what a router reads ---------------------------------------------------------------
 
@@ -54,7 +55,7 @@ class Replica:
     @property
     def kv_utilization(self) -> float:
         """Share of its KV blocks held."""
-        return self.server.num_blocks_used / self.server.num_blocks
+        return self.server.num_blocks_used / self._num_blocks
 
     @property
     def num_tokens(self) -> int:

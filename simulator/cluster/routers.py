@@ -18,6 +18,7 @@ from simulator.registry import Registry
 INDEX = attrgetter("index")
 OUTSTANDING = attrgetter("num_outstanding")
 TOKENS = attrgetter("num_tokens")
+KV_THEN_OUTSTANDING = attrgetter("kv_utilization", "num_outstanding")
 
 
 class RoundRobin(Router):
@@ -69,7 +70,7 @@ class LeastKV(Router):
 
     def choose(self, request: Request, replicas: Sequence[Replica]) -> Replica:
         """Lowest share of KV blocks in use."""
-        return min(replicas, key=lambda r: (r.kv_utilization, r.num_outstanding))
+        return min(replicas, key=KV_THEN_OUTSTANDING)
 
 
 class PowerOfTwo(Router):
