@@ -323,6 +323,7 @@ class _FakeServer:
 
         self.env = simpy.Environment()
         self.num_running = self.num_waiting = self.num_blocks_used = self.num_sampled = 0
+        self.num_blocks = 100
 
 
 def _replicas(n: int) -> list[Replica]:
