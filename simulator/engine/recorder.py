@@ -125,17 +125,22 @@ class Recorder:
         if not min(durations) > 0:
             raise RuntimeError(f"cost model returned a non-positive step time {min(durations)!r}")
         counts, lengths = self._run_counts, self._run_lengths
-        bounds = [j for j, _, _ in sizes[1:]] + [k]
-        segments: list[tuple[int, ...]] = []
-        rows: list[int] = []
-        for (lo, m, kept), hi in zip(sizes, bounds, strict=True):
-            segments.append((m, m, 0, m, 0, m, 0, 0, kept, *NO_MOVES, 0))
-            rows.append(hi - lo)
-            n = hi - lo - (open_last and hi == k)
+        # each segment's row: m sequences decode a token each, all running, none waiting
+        segments: list[int] = []
+        rows = [lo for lo, _, _ in sizes[1:]]  # where each segment ends: the next starts
+        rows.append(k)
+        tokens = 0
+        for j, (lo, m, kept) in enumerate(sizes):
+            segments += (m, m, 0, m, 0, m, 0, 0, kept, 0, 0, 0, 0, 0)
+            n = rows[j] = rows[j] - lo
             counts.append(m)
             lengths.append(n)
-            self.num_tokens += m * n
-        self._steps.add_alike(starts, durations, blocks_used, segments, rows, num_blocks)
+            tokens += m * n
+        if open_last:  # its tokens are recorded when it ends (``record_decode_step``)
+            lengths[-1] -= 1
+            tokens -= sizes[-1][1]
+        self.num_tokens += tokens
+        self._steps.add_segments(starts, durations, blocks_used, segments, rows, num_blocks)
         # each token's gap as the plain path takes it: its step's end (a float sum) - start
         gaps = map(sub, map(add, starts, durations), starts)
         self._run_gaps.extend(islice(gaps, k - 1) if open_last else gaps)
@@ -145,12 +150,13 @@ class Recorder:
     def record_admitted(self, plan: StepPlan, start: float) -> None:
         """The sequences ``plan`` admitted, in a step starting at ``start``: the first
         scheduling of each that was never scheduled before, with its prefix-cache hit."""
-        first_sched, cached_tokens = self.first_scheduled, self.cached_tokens
-        for seq, cached in zip(plan.admitted, plan.cached_tokens, strict=True):
-            i: int = seq.seq_id  # type: ignore[assignment]
+        first_sched = self.first_scheduled
+        seqs, context = plan.seqs, plan.context_lens  # the admitted are the last ones
+        for j in range(len(seqs) - plan.num_admitted, len(seqs)):
+            i: int = seqs[j].seq_id  # type: ignore[assignment]
             if first_sched[i] != first_sched[i]:  # NaN: scheduled for the first time
                 first_sched[i] = start
-                cached_tokens[i] = cached
+                self.cached_tokens[i] = context[j]  # its prefix-cache hit (``cached_tokens``)
 
     def record_tier_hits(self, request: int, tokens: list[int]) -> None:
         """Request ``request`` loads ``tokens`` prompt tokens from each tier (cpu, shared);
