@@ -101,19 +101,20 @@ class StepBuffer:
         num_ints = len(STEP_INT_FIELDS)
         starts = np.array(self._starts, dtype=np.float64)
         durations = np.array(self._durations, dtype=np.float64)
-        segments = np.array(self._segments, dtype=np.int64).reshape(-1, num_ints)
-        ints = np.repeat(segments, np.array(self._lengths, dtype=np.int64), axis=0)
-        ints[:, _USED] = np.array(self._used, dtype=np.int64)
+        # a segment per column of ``segments``, its rows repeated along the columns: each
+        # field comes out contiguous, with no transposed copy of the whole chunk
+        segments = np.array(self._segments, dtype=np.int64).reshape(-1, num_ints).T
+        lengths = np.array(self._lengths, dtype=np.int64)
+        columns = np.repeat(segments, lengths, axis=1)
+        columns[_USED] = np.array(self._used, dtype=np.int64)
         if self._caps:
-            lengths = np.array(self._lengths, dtype=np.int64)
             caps = np.zeros(len(lengths), dtype=np.int64)
             caps[self._capped] = self._caps
             caps = np.repeat(caps, lengths)
             rows = caps > 0
-            free = caps[rows] - ints[rows, _USED]
-            ints[rows, _KEPT] = np.minimum(ints[rows, _KEPT], free)
+            free = caps[rows] - columns[_USED, rows]
+            columns[_KEPT, rows] = np.minimum(columns[_KEPT, rows], free)
             self._caps, self._capped = [], []
-        columns = np.ascontiguousarray(ints.T)
         self._starts, self._durations, self._used = [], [], []
         self._segments, self._lengths = [], []
         if self._carry is not None:
