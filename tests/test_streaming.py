@@ -203,7 +203,7 @@ def test_a_settled_recorder_closes_to_the_same_steps_gaps_and_stats() -> None:
     for rec in (settled, direct):
         record(rec)
     settled.settle()
-    assert not settled._run_gaps  # held as arrays now, not as Python floats
+    assert not settled._run_a  # held as arrays now, not as Python floats
     a, b = settled.close(), direct.close()
     assert a is not None and b is not None and len(a) == 31
     pd.testing.assert_frame_equal(a, b)
