@@ -150,3 +150,42 @@ def test_long_decode_stretches_with_a_prefix_cache(policy: str) -> None:
     # blocks are handed out a slice per member
     gaps = fast.requests["arrival_s"].diff().dropna()
     assert (gaps / fast.steps["duration_s"].max() > 3 * 4).mean() > 0.5
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(
+        st.tuples(st.integers(1, 90), st.integers(2, 40), st.integers(0, 38), st.booleans()),
+        min_size=1,
+        max_size=30,
+    ),
+    split=st.integers(0, 30),
+    steps=st.integers(0, 50),
+    with_blocks=st.booleans(),
+)
+def test_a_group_joined_at_once_is_the_group_joined_one_by_one(
+    lengths: list[tuple[int, int, int, bool]], split: int, steps: int, with_blocks: bool
+) -> None:
+    """``DecodeRun.join_all`` (a new group of every running sequence that sampled) leaves the
+    group exactly as ``join`` of each in turn: sums by offset, who finishes when (in running
+    order), the heap of finish steps, the members by residue and those with prompt runs."""
+    from simulator.scheduling.decode_run import DecodeRun
+    from simulator.scheduling.sequence import Sequence
+
+    seqs = []
+    for i, (prompt, max_tokens, sampled, shared) in enumerate(lengths):
+        seq = Sequence(i, prompt, max_tokens, prompt_runs=((0, prompt),) if shared else None)
+        seq.num_tokens = prompt + min(sampled, max_tokens - 1) + 1  # it just sampled
+        seq.num_computed = seq.num_tokens - 1
+        seqs.append(seq)
+    one, many = DecodeRun(16, with_blocks=with_blocks), DecodeRun(16, with_blocks=with_blocks)
+    for run in (one, many):
+        for seq in seqs[:split]:  # members from before, then the group moves on
+            run.join(seq, 16)
+        run.steps = steps
+    for seq in seqs[split:]:
+        one.join(seq, 16)
+    many.join_all(seqs[split:], 16)
+    for name in DecodeRun.__slots__:
+        assert getattr(one, name) == getattr(many, name), name
+    assert list(one.finish_at) == list(many.finish_at)  # the same order of finish steps

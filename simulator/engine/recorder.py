@@ -6,8 +6,6 @@ proportional to requests, not to steps or tokens. The per-request records are ty
 from __future__ import annotations
 
 from array import array
-from itertools import islice
-from operator import add, sub
 
 import numpy as np
 import pandas as pd
@@ -81,7 +79,12 @@ class Recorder:
         self._sink = sink
         self._steps = StepBuffer(num_blocks, sink, self.step_stats, CHUNK_STEPS)
         self._gaps: list[float] = []  # gaps of single tokens
-        self._run_gaps: list[float] = []  # gaps shared by a whole deferred decode step ...
+        # gaps shared by a whole deferred decode step, each ``(a + b) - c`` (worked out a
+        # chunk at a time by numpy, the same float operations: a stretch's steps pass their
+        # starts and durations as they are, with no Python operation per step) ...
+        self._run_a: list[float] = []
+        self._run_b: list[float] = []
+        self._run_c: list[float] = []
         self._run_counts: list[int] = []  # ... how many tokens share each, in runs of
         self._run_lengths: list[int] = []  # ... this many gaps (a segment's steps share one)
         self._settled: tuple[np.ndarray, ...] | None = None  # ``settle``: gaps held as arrays
@@ -125,32 +128,41 @@ class Recorder:
         if not min(durations) > 0:
             raise RuntimeError(f"cost model returned a non-positive step time {min(durations)!r}")
         counts, lengths = self._run_counts, self._run_lengths
-        bounds = [j for j, _, _ in sizes[1:]] + [k]
-        segments: list[tuple[int, ...]] = []
-        rows: list[int] = []
-        for (lo, m, kept), hi in zip(sizes, bounds, strict=True):
-            segments.append((m, m, 0, m, 0, m, 0, 0, kept, *NO_MOVES, 0))
-            rows.append(hi - lo)
-            n = hi - lo - (open_last and hi == k)
+        # each segment's row: m sequences decode a token each, all running, none waiting
+        segments: list[int] = []
+        rows = [lo for lo, _, _ in sizes[1:]]  # where each segment ends: the next starts
+        rows.append(k)
+        tokens = 0
+        for j, (lo, m, kept) in enumerate(sizes):
+            segments += (m, m, 0, m, 0, m, 0, 0, kept, 0, 0, 0, 0, 0)
+            n = rows[j] = rows[j] - lo
             counts.append(m)
             lengths.append(n)
-            self.num_tokens += m * n
-        self._steps.add_alike(starts, durations, blocks_used, segments, rows, num_blocks)
+            tokens += m * n
+        if open_last:  # its tokens are recorded when it ends (``record_decode_step``)
+            lengths[-1] -= 1
+            tokens -= sizes[-1][1]
+        self.num_tokens += tokens
+        self._steps.add_segments(starts, durations, blocks_used, segments, rows, num_blocks)
         # each token's gap as the plain path takes it: its step's end (a float sum) - start
-        gaps = map(sub, map(add, starts, durations), starts)
-        self._run_gaps.extend(islice(gaps, k - 1) if open_last else gaps)
-        if len(self._run_gaps) >= CHUNK_GAPS:
+        if open_last:
+            starts, durations = starts[:-1], durations[:-1]
+        self._run_a += starts
+        self._run_b += durations
+        self._run_c += starts
+        if len(self._run_a) >= CHUNK_GAPS:
             self._flush_gaps()
 
     def record_admitted(self, plan: StepPlan, start: float) -> None:
         """The sequences ``plan`` admitted, in a step starting at ``start``: the first
         scheduling of each that was never scheduled before, with its prefix-cache hit."""
-        first_sched, cached_tokens = self.first_scheduled, self.cached_tokens
-        for seq, cached in zip(plan.admitted, plan.cached_tokens, strict=True):
-            i: int = seq.seq_id  # type: ignore[assignment]
+        first_sched = self.first_scheduled
+        seqs, context = plan.seqs, plan.context_lens  # the admitted are the last ones
+        for j in range(len(seqs) - plan.num_admitted, len(seqs)):
+            i: int = seqs[j].seq_id  # type: ignore[assignment]
             if first_sched[i] != first_sched[i]:  # NaN: scheduled for the first time
                 first_sched[i] = start
-                cached_tokens[i] = cached
+                self.cached_tokens[i] = context[j]  # its prefix-cache hit (``cached_tokens``)
 
     def record_tier_hits(self, request: int, tokens: list[int]) -> None:
         """Request ``request`` loads ``tokens`` prompt tokens from each tier (cpu, shared);
@@ -201,11 +213,13 @@ class Recorder:
         """A deferred decode step from ``start`` to ``end``: each of its ``num_seqs``
         sequences sampled in the step just before (the fast path takes only such steps), at
         ``start``, so each adds the gap ``end - start``."""
-        self._run_gaps.append(end - start)
+        self._run_a.append(end)  # (end + 0.0) - start: end - start
+        self._run_b.append(0.0)
+        self._run_c.append(start)
         self._run_counts.append(num_seqs)
         self._run_lengths.append(1)
         self.num_tokens += num_seqs
-        if len(self._run_gaps) >= CHUNK_GAPS:
+        if len(self._run_a) >= CHUNK_GAPS:
             self._flush_gaps()
 
     def end_decode_run(self, request_ids: list[int], end: float) -> None:
@@ -226,7 +240,8 @@ class Recorder:
         """The buffered gaps, the run gaps and each run gap's token count, as arrays."""
         return (
             np.array(self._gaps, dtype=np.float64),
-            np.array(self._run_gaps, dtype=np.float64),
+            (np.array(self._run_a, dtype=np.float64) + np.array(self._run_b, dtype=np.float64))
+            - np.array(self._run_c, dtype=np.float64),
             np.repeat(
                 np.array(self._run_counts, dtype=np.int64),
                 np.array(self._run_lengths, dtype=np.int64),
@@ -234,7 +249,8 @@ class Recorder:
         )
 
     def _clear_gaps(self) -> None:
-        self._gaps, self._run_gaps, self._run_counts, self._run_lengths = [], [], [], []
+        self._gaps, self._run_counts, self._run_lengths = [], [], []
+        self._run_a, self._run_b, self._run_c = [], [], []
 
     def settle(self) -> None:
         """This server will step no more (a drained replica of an autoscaled fleet): pass

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.engine.step_sink import StepSink
-from simulator.metrics import STEP_INT_FIELDS, StepStats, build_steps
+from simulator.metrics import STEP_INT_FIELDS, StepStats, step_columns
 
 __all__ = ["STEP_INT_FIELDS", "StepBuffer"]
 
@@ -41,7 +41,8 @@ class StepBuffer:
         # free ones (``DecodeStretch.num_blocks``); with any, the segments' indices
         self._caps: list[int] = []
         self._capped: list[int] = []
-        self._carry: tuple[np.ndarray, np.ndarray] | None = None  # rows expanded, not passed on
+        # rows expanded, not passed on: starts, durations, integer columns
+        self._carry: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._num_carried = 0
         self._num_flushed = 0
 
@@ -55,18 +56,19 @@ class StepBuffer:
         if len(self._used) + self._num_carried >= self._chunk:
             self.flush()
 
-    def add_alike(
+    def add_segments(
         self,
         starts: list[float],
         durations: list[float],
         blocks_used: list[int],
-        segments: list[tuple[int, ...]],
+        segments: list[int],
         lengths: list[int],
         num_blocks: int = 0,
     ) -> None:
-        """Rows in segments of alike rows: the next ``lengths[i]`` rows share ``segments[i]``
-        (``STEP_INT_FIELDS``) but for their blocks used, and with ``num_blocks`` their
-        cached blocks, which are at most ``num_blocks - blocks used``."""
+        """Rows in segments of alike rows: the next ``lengths[i]`` rows share the ``i``-th
+        run of ``len(STEP_INT_FIELDS)`` ints of ``segments`` (``STEP_INT_FIELDS``) but for
+        their blocks used, and with ``num_blocks`` their cached blocks, which are at most
+        ``num_blocks - blocks used``."""
         if num_blocks:
             first = len(self._lengths)
             self._capped.extend(range(first, first + len(lengths)))
@@ -74,51 +76,60 @@ class StepBuffer:
         self._starts += starts
         self._durations += durations
         self._used += blocks_used
-        for ints in segments:
-            self._segments += ints
+        self._segments += segments
         self._lengths += lengths
         if len(self._used) + self._num_carried >= self._chunk:
             self.flush()
 
-    def _rows(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every buffered row: (start, duration) and ``STEP_INT_FIELDS``, as arrays."""
+    def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every buffered row: starts, durations and ``STEP_INT_FIELDS`` (one row of the
+        last per field, so that each column is contiguous), as arrays."""
         num_ints = len(STEP_INT_FIELDS)
-        times = np.column_stack(
-            [np.array(self._starts, dtype=np.float64), np.array(self._durations, dtype=np.float64)]
-        ).reshape(-1, 2)
-        segments = np.array(self._segments, dtype=np.int64).reshape(-1, num_ints)
-        ints = np.repeat(segments, np.array(self._lengths, dtype=np.int64), axis=0)
-        ints[:, _USED] = np.array(self._used, dtype=np.int64)
+        starts = np.array(self._starts, dtype=np.float64)
+        durations = np.array(self._durations, dtype=np.float64)
+        # a segment per column of ``segments``, its rows repeated along the columns: each
+        # field comes out contiguous, with no transposed copy of the whole chunk
+        segments = np.array(self._segments, dtype=np.int64).reshape(-1, num_ints).T
+        lengths = np.array(self._lengths, dtype=np.int64)
+        columns = np.repeat(segments, lengths, axis=1)
+        columns[_USED] = np.array(self._used, dtype=np.int64)
         if self._caps:
-            lengths = np.array(self._lengths, dtype=np.int64)
             caps = np.zeros(len(lengths), dtype=np.int64)
             caps[self._capped] = self._caps
             caps = np.repeat(caps, lengths)
             rows = caps > 0
-            free = caps[rows] - ints[rows, _USED]
-            ints[rows, _KEPT] = np.minimum(ints[rows, _KEPT], free)
+            free = caps[rows] - columns[_USED, rows]
+            columns[_KEPT, rows] = np.minimum(columns[_KEPT, rows], free)
             self._caps, self._capped = [], []
         self._starts, self._durations, self._used = [], [], []
         self._segments, self._lengths = [], []
         if self._carry is not None:
-            times = np.concatenate([self._carry[0], times])
-            ints = np.concatenate([self._carry[1], ints])
+            carried_starts, carried_durations, carried = self._carry
+            starts = np.concatenate([carried_starts, starts])
+            durations = np.concatenate([carried_durations, durations])
+            columns = np.concatenate([carried, columns], axis=1)
             self._carry, self._num_carried = None, 0
-        return times, ints
+        return starts, durations, columns
 
     def flush(self, whole: bool = False) -> None:
         """Pass on the buffered rows in chunks of exactly ``chunk`` rows, and the rest too if
         ``whole`` (as one chunk, maybe empty: a sink learns the columns from it)."""
-        times, ints = self._rows()
-        n = len(times) if whole else len(times) // self._chunk * self._chunk
+        starts, durations, columns = self._rows()
+        total = len(starts)
+        n = total if whole else total // self._chunk * self._chunk
         for lo in range(0, n, self._chunk) if n or not whole else (0,):
             hi = min(lo + self._chunk, n)
-            rows = build_steps(
-                times[lo:hi], ints[lo:hi], STEP_INT_FIELDS, self._num_blocks, self._num_flushed
+            cols = step_columns(
+                starts[lo:hi],
+                durations[lo:hi],
+                columns[:, lo:hi],
+                STEP_INT_FIELDS,
+                self._num_blocks,
+                self._num_flushed,
             )
-            self._num_flushed += len(rows)
-            self._stats.add(rows)
-            self._sink.write(rows)
-        if n < len(times):
-            self._carry = (times[n:].copy(), ints[n:].copy())
-            self._num_carried = len(times) - n
+            self._num_flushed += hi - lo
+            self._stats.add(cols)
+            self._sink.write_columns(cols)
+        if n < total:
+            self._carry = (starts[n:].copy(), durations[n:].copy(), columns[:, n:].copy())
+            self._num_carried = total - n

@@ -6,11 +6,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from simulator.metrics import STEP_COLUMNS
+from simulator.metrics import STEP_COLUMNS, frame_of
 
 STEP_MODES = ("full", "sampled", "none")
 """What ``--steps`` may ask for."""
@@ -25,6 +26,11 @@ class StepSink(ABC):
     @abstractmethod
     def write(self, chunk: pd.DataFrame) -> None:
         """Take the next rows."""
+
+    def write_columns(self, cols: dict[str, np.ndarray]) -> None:
+        """Take the next rows as their columns (``metrics.step_columns``, which may be views
+        of buffers reused later: a sink that keeps them copies them)."""
+        self.write(frame_of(cols))
 
     @abstractmethod
     def close(self) -> pd.DataFrame | None:
@@ -68,6 +74,17 @@ class ParquetSink(StepSink):
             self._writer = pq.ParquetWriter(self.path, table.schema, use_dictionary=False)
         self._writer.write_table(table)
 
+    def write_columns(self, cols: dict[str, np.ndarray]) -> None:
+        """Append the rows as a row group, straight from their columns once the first chunk
+        (through pandas) gave the file its schema, pandas metadata included: a frame and its
+        conversion took 10-15 ms per 65,536 rows, the arrays 0.1 ms."""
+        if self._writer is None:
+            self.write(frame_of(cols))
+            return
+        schema = self._writer.schema
+        arrays = [pa.array(cols[name]) for name in schema.names]
+        self._writer.write_table(pa.Table.from_arrays(arrays, schema=schema))
+
     def close(self) -> None:
         """Finish the file (an empty table when no step ran)."""
         if self._writer is None:
@@ -100,6 +117,9 @@ class NullSink(StepSink):
 
     def write(self, chunk: pd.DataFrame) -> None:
         """Nothing."""
+
+    def write_columns(self, cols: dict[str, np.ndarray]) -> None:
+        """Nothing (no frame is built)."""
 
     def close(self) -> None:
         """Nothing."""

@@ -3,7 +3,7 @@ derived from them (every timestamp and metric is defined once: docs/metrics.md).
 
 from simulator.metrics.distribution import Distribution
 from simulator.metrics.requests import REQUEST_COLUMNS, build_requests
-from simulator.metrics.steps import STEP_COLUMNS, STEP_INT_FIELDS, StepStats, build_steps
+from simulator.metrics.steps import STEP_COLUMNS, STEP_INT_FIELDS, StepStats, frame_of, step_columns
 from simulator.metrics.summary import DEFAULT_PERCENTILES, LATENCY_METRICS, meets_slo, summarize
 
 __all__ = [
@@ -15,7 +15,8 @@ __all__ = [
     "Distribution",
     "StepStats",
     "build_requests",
-    "build_steps",
+    "frame_of",
     "meets_slo",
+    "step_columns",
     "summarize",
 ]

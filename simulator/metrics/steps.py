@@ -4,7 +4,6 @@ aggregates the summary needs, so the table itself may be streamed to disk."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,24 +36,32 @@ STEP_INT_FIELDS = tuple(
 number, its start and duration (floats) and ``kv_utilization`` (from ``blocks_used``)."""
 
 
-def build_steps(
-    times: np.ndarray,
+def step_columns(
+    starts: np.ndarray,
+    durations: np.ndarray,
     ints: np.ndarray,
     int_fields: Sequence[str],
     num_blocks: int,
     first_step: int = 0,
-) -> pd.DataFrame:
-    """Rows of the step table from ``(start, duration)`` pairs and integer columns, numbered
-    from ``first_step``; running/waiting are counted at the step's start, before scheduling."""
-    cols: dict[str, Any] = {
-        "step": np.arange(first_step, first_step + len(times), dtype=np.int64),
-        "start_s": times[:, 0],
-        "duration_s": times[:, 1],
+) -> dict[str, np.ndarray]:
+    """The columns of the step table's rows from their starts, durations and integer columns
+    (``ints[j]``: the column ``int_fields[j]``), numbered from ``first_step``, in
+    ``STEP_COLUMNS`` order; running/waiting are counted at the step's start, before
+    scheduling. Each column is a contiguous array (a view where the input is one)."""
+    cols: dict[str, np.ndarray] = {
+        "step": np.arange(first_step, first_step + len(starts), dtype=np.int64),
+        "start_s": starts,
+        "duration_s": durations,
     }
     for j, name in enumerate(int_fields):
-        cols[name] = ints[:, j]
+        cols[name] = ints[j]
     cols["kv_utilization"] = cols["blocks_used"] / float(num_blocks)
-    # the columns are views; the frame copies them once, into its blocks (copying each
+    return {name: cols[name] for name in STEP_COLUMNS}
+
+
+def frame_of(cols: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The step table's rows as a frame, from ``step_columns``."""
+    # the columns may be views; the frame copies them once, into its blocks (copying each
     # column first as well took twice as long)
     return pd.DataFrame(cols, columns=STEP_COLUMNS, copy=True)
 
@@ -91,19 +98,20 @@ class StepStats:
         self.num_tokens += other.num_tokens
         self.saturated_s += other.saturated_s
 
-    def add(self, steps: pd.DataFrame) -> None:
-        """Account for a chunk of consecutive rows of the step table."""
-        if not len(steps):
+    def add(self, steps: pd.DataFrame | dict[str, np.ndarray]) -> None:
+        """Account for a chunk of consecutive rows of the step table (a frame, or its columns
+        as contiguous arrays: ``step_columns``)."""
+        start = np.asarray(steps["start_s"])
+        if not len(start):
             return
-        start = steps["start_s"].to_numpy()
-        duration = steps["duration_s"].to_numpy()
-        kv = steps["kv_utilization"].to_numpy()
-        self.num_steps += len(steps)
+        duration = np.asarray(steps["duration_s"])
+        kv = np.asarray(steps["kv_utilization"])
+        self.num_steps += len(start)
         self.end_s = float(start[-1] + duration[-1])
-        self.num_preemptions += int(steps["num_preemptions"].sum())
+        self.num_preemptions += int(np.asarray(steps["num_preemptions"]).sum())
         self.kv_time += float((kv * duration).sum())
         self.kv_max = max(self.kv_max, float(kv.max()))
         self.busy_s += float(duration.sum())
-        self.num_tokens += int(steps["num_tokens"].sum())
-        held = steps["num_waiting"].to_numpy() + steps["num_running"].to_numpy()
-        self.saturated_s += float(duration[held > steps["num_seqs"].to_numpy()].sum())
+        self.num_tokens += int(np.asarray(steps["num_tokens"]).sum())
+        held = np.asarray(steps["num_waiting"]) + np.asarray(steps["num_running"])
+        self.saturated_s += float(duration[held > np.asarray(steps["num_seqs"])].sum())

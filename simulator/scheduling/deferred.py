@@ -52,10 +52,13 @@ class DeferredDecodes:
         bs = self.blocks.block_size
         run = DecodeRun(bs, with_blocks=self.blocks.caching)
         sampled = {id(s) for s in self._sampled}
-        for seq in self._running:
+        running = self._running
+        n = 0
+        for seq in running:
             if id(seq) not in sampled:
                 break
-            run.join(seq, bs)
+            n += 1
+        run.join_all(running[:n], bs)
         self._run = run
         return run
 

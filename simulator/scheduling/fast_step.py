@@ -56,7 +56,7 @@ class FastSteps(DeferredDecodes):
         blocks = self.blocks
         t = run.steps + 1
         grow = run.crossing[(1 - t) % blocks.block_size]
-        free = blocks.num_free - grow
+        free = blocks.num_blocks - blocks.num_used - grow  # ``num_free``, without the call
         if free < 0:  # a block is missing: preemption
             return None
         plan = StepPlan([], [], [], 0, [])

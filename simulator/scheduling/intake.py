@@ -17,11 +17,15 @@ class Intake:
     waiting: FCFSQueue | PriorityQueue
     _known: set[Hashable]
     _num_added: int
+    # the last sequence ``rejection_reason`` found to fit: the engine asks before every
+    # ``add``, which need not work it out again
+    _fits: Sequence | None = None
 
     def rejection_reason(self, seq: Sequence) -> str | None:
         """Why ``seq`` can never fit (its largest KV footprint exceeds the cache), or None."""
         need = self.blocks.blocks_for(seq.max_kv_tokens)
         if need <= self.blocks.num_blocks:
+            self._fits = seq
             return None
         return (
             f"needs {need} KV blocks for {seq.max_kv_tokens} tokens (prompt {seq.prompt_len} "
@@ -52,9 +56,11 @@ class Intake:
             raise ValueError(f"sequence {seq.seq_id!r} was already added")
         if seq.status is not SequenceStatus.WAITING or seq.num_computed:
             raise ValueError(f"sequence {seq.seq_id!r} is not new (status {seq.status.value})")
-        reason = self.rejection_reason(seq)
-        if reason is not None:
-            raise ValueError(f"sequence {seq.seq_id!r} can never fit: {reason}")
+        if seq is not self._fits:
+            reason = self.rejection_reason(seq)
+            if reason is not None:
+                raise ValueError(f"sequence {seq.seq_id!r} can never fit: {reason}")
+        self._fits = None
         self._known.add(seq.seq_id)
         seq.arrival_order = self._num_added
         self._num_added += 1

@@ -97,7 +97,11 @@ class KVManager:
 
     def pool_changed(self) -> None:
         """Count the blocks held again after the pool handed out or took back blocks."""
-        self.num_used = self.num_blocks - self.pool.num_free  # type: ignore[union-attr]
+        pool = self.pool
+        assert pool is not None
+        # ``pool.num_free`` written out: this runs after every take and free of a step
+        free = len(pool.free_blank) + len(pool.lru) - pool.head - pool.num_stale
+        self.num_used = self.num_blocks - free
 
     @property
     def num_cached_free(self) -> int:
