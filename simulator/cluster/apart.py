@@ -83,12 +83,12 @@ def run_apart(cluster: Cluster, shares: list[list[tuple[float, int]]]) -> Simula
     log: list[Chunk] = []
     for r, items in zip(cluster.replicas, shares, strict=True):
         env = r.server.env
-        r.server.recorder.itl = ChunkLog(env, r.index, log)
+        r.server.recorder.pass_gaps_to(ChunkLog(env, r.index, log))
         env.process(cluster.share(r, items))
         env.process(r.server.run())
         env.run()
     for r in cluster.replicas:
-        r.server.recorder.itl = itl
+        r.server.recorder.pass_gaps_to(itl)
     if not replay(log, itl):
         return None
     return cluster_result(cluster.records, cluster.replicas, cluster.slo, cluster.percentiles)

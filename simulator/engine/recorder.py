@@ -252,6 +252,11 @@ class Recorder:
         self._gaps, self._run_counts, self._run_lengths = [], [], []
         self._run_a, self._run_b, self._run_c = [], [], []
 
+    def pass_gaps_to(self, itl: Distribution) -> None:
+        """Pass the inter-token gaps on to ``itl`` from now on (a cluster running replicas
+        one after the other logs each one's chunks, then replays them in time order)."""
+        self.itl = itl
+
     def settle(self) -> None:
         """This server will step no more (a drained replica of an autoscaled fleet): pass
         its buffered step rows on now, and hold its buffered gaps as arrays (8 bytes each,
