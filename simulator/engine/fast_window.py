@@ -143,11 +143,11 @@ class FastWindow:
         offers none, or none whose end a timeout from any instant since now lands on exactly
         (ends past twice now), or if a window would reach two steps before being stopped."""
         now = self.env.now
-        if self.next_arrival() - now > 2 * self._guess:
+        if self.next_arrival() - now > 2 * self._guess or now <= 0:
             return None  # a window reaches two steps or more: as far as a hold mostly does
         stretch = self.scheduler.decode_stretch()
         segment = None if stretch is None else next(stretch.segments, None)
-        if segment is None or now <= 0:
+        if segment is None:
             return None
         assert stretch is not None
         m, contexts, used, _, kept = segment

@@ -25,7 +25,7 @@ Timing rules (also in docs/metrics.md):
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import Any, cast
+from typing import Any
 
 import simpy
 
@@ -95,7 +95,8 @@ class Server:
         # Decode steps timed ahead and taken only when a submission comes or they end
         # (``FastWindow.hold``): behind a router that reads state, a request may be handed
         # over at any routing instant, so a window would stop at every one of them
-        self._holds, self._held = holds and self._window is not None, cast(Held | None, None)
+        self._holds = holds and self._window is not None
+        self._held: Held | None = None
         self._final: Final | None = None  # the step in flight when a submission cut a hold
         self._process: simpy.Process | None = None
         self._num_submitted, self._first_submit = 0, 0.0  # the horizon of a hold
