@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo data test-data test lint venv clean golden
+.PHONY: demo data test-data test lint venv clean golden native
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -14,7 +14,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+# The hot path compiled with mypyc (simulator/native.py): a no-op when the sources are those
+# compiled; where no C compiler works it says so and servesim runs as pure Python
+native: $(STAMP)
+	$(BIN)/python tools/build_native.py
+
+demo: native
 	$(BIN)/servesim run scenarios/quickstart.yaml --out results/quickstart --overwrite
 
 # The public traces the *-replay scenarios read, saved as data/azure2023_conv.csv,
@@ -33,7 +38,7 @@ lint: $(STAMP)
 test-data: $(STAMP)
 	$(BIN)/python -m tests.fetch_data
 
-test: lint test-data
+test: lint test-data native
 	$(BIN)/python -m pytest -n 2 -q tests
 
 # The scenario tests' golden figures, written anew after an intended change of behaviour
@@ -41,4 +46,5 @@ golden: $(STAMP)
 	$(BIN)/python -m tests.regenerate_golden
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache simulator/_native.json
+	find simulator -name "*.so" -delete

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from simulator import native
 from simulator.version import __version__
+
+native.guard()  # the compiled hot path only where it is current (``native.py``)
 
 __all__ = ["__version__", "run"]
 

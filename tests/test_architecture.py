@@ -11,6 +11,7 @@ from functools import cache
 from pathlib import Path
 
 from tests.paths import ROOT
+from tests.slots import slots_of
 
 PACKAGE = ROOT / "simulator"
 
@@ -136,7 +137,7 @@ def sequence_fields() -> set[str]:
     """The attribute names a ``Sequence`` holds (its ``__slots__``)."""
     from simulator.scheduling.sequence import Sequence
 
-    return set(Sequence.__slots__)
+    return set(slots_of(Sequence))
 
 
 MUTATING_METHODS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse"}

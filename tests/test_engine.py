@@ -318,6 +318,7 @@ def test_deferred_decode_windows_change_nothing(over: dict[str, Any]) -> None:
     assert decodes_only > 0.3  # the fast path had work to do
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     "sched",
     [
@@ -362,6 +363,7 @@ def test_without_preemption_no_step_walks_the_batch(
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
 
 
+@pytest.mark.pure
 def test_token_counts_are_checked_per_request_and_per_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -438,6 +440,7 @@ def logging_recorder(logs: list[list[tuple[int, float]]]) -> type[Recorder]:
     return LoggingRecorder
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 16])
 def test_streamed_itl_equals_the_gaps_of_a_token_log(
     chunk: int, monkeypatch: pytest.MonkeyPatch

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import simulator.runner
+from tests.slots import slots_of
 
 ROUTERS = [
     "round_robin",
@@ -186,6 +187,6 @@ def test_a_group_joined_at_once_is_the_group_joined_one_by_one(
     for seq in seqs[split:]:
         one.join(seq, 16)
     many.join_all(seqs[split:], 16)
-    for name in DecodeRun.__slots__:
+    for name in slots_of(DecodeRun):
         assert getattr(one, name) == getattr(many, name), name
     assert list(one.finish_at) == list(many.finish_at)  # the same order of finish steps

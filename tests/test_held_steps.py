@@ -40,6 +40,7 @@ def scenario(router: str, policy: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("policy", ["spec", "vllm-v1"])
 @pytest.mark.parametrize("router", STATE_ROUTERS)
 def test_held_steps_give_the_plain_paths_tables(

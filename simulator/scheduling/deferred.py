@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from itertools import islice
 
+from mypy_extensions import mypyc_attr, trait
+
 from simulator.scheduling.block_hash import extend_hashes
 from simulator.scheduling.decode_run import DecodeRun
 from simulator.scheduling.interface import DecodeStretch, ManySampler, Sampler, StepPlan
@@ -22,6 +24,8 @@ from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
 from simulator.scheduling.sequence import Sequence, SequenceStatus
 
 
+@trait  # a part of StepScheduler (mypyc: one of its several bases)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DeferredDecodes:
     """The deferred decode group of a policy, and its prefix-cache head watch."""
 

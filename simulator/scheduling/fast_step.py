@@ -14,12 +14,16 @@ after it in the running order.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr, trait
+
 from simulator.scheduling.decode_run import DecodeRun
 from simulator.scheduling.deferred import DeferredDecodes
 from simulator.scheduling.interface import StepPlan
 from simulator.scheduling.sequence import Sequence
 
 
+@trait  # a part of StepScheduler (mypyc: one of its several bases)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FastSteps(DeferredDecodes):
     """The fast path of the scheduler, which says how it caps a sequence's tokens in a
     step, how it admits waiting sequences (its phase 2) and how it applies a step."""

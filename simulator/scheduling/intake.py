@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from mypy_extensions import mypyc_attr, trait
+
 from simulator.scheduling.kv_manager import KVManager
 from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
 from simulator.scheduling.sequence import Sequence, SequenceStatus
 
 
+@trait  # a part of StepScheduler (mypyc: one of its several bases)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Intake:
     """``add()`` and ``add_prefilled()`` of the scheduler (mixed into ``StepScheduler``)."""
 

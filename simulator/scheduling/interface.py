@@ -8,9 +8,11 @@ usage and queue lengths; or, where the policy allows, ``fast_step()`` and
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Hashable, Iterator
 from typing import Protocol
+
+from mypy_extensions import mypyc_attr, trait
 
 from simulator.scheduling.sequence import Sequence
 
@@ -170,7 +172,9 @@ class DecodeStretch:
         the free ones keep content."""
 
 
-class Scheduler(ABC):
+@trait  # mypyc: the first of StepScheduler's bases would otherwise have to be its only class
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Scheduler:
     """A scheduling policy: a plain state machine with no clock, no randomness and no I/O.
 
     Only a scheduler (and its block manager) writes a sequence's fields."""

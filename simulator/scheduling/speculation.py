@@ -18,12 +18,16 @@ from __future__ import annotations
 
 from collections import deque
 
+from mypy_extensions import mypyc_attr, trait
+
 from simulator.scheduling.interface import Acceptor, Sampler, StepPlan
 from simulator.scheduling.kv_manager import KVManager
 from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
 from simulator.scheduling.sequence import Sequence, SequenceStatus
 
 
+@trait  # a part of StepScheduler (mypyc: one of its several bases)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Speculation:
     """The scheduler's steps with drafts or in-flight batches (mixed into ``StepScheduler``)."""
 

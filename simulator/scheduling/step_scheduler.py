@@ -31,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from simulator.scheduling.fast_step import FastSteps
 from simulator.scheduling.intake import Intake
 from simulator.scheduling.interface import Acceptor, ManySampler, Sampler, Scheduler, StepPlan
@@ -59,6 +61,7 @@ def positive(name: str, value: int) -> int:
     return value
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a policy of the user's may subclass it
 class StepScheduler(Intake, Speculation, TierLoads, FastSteps, Scheduler):
     """The one scheduler; its policy is the flags it is built with."""
 
@@ -146,8 +149,10 @@ class StepScheduler(Intake, Speculation, TierLoads, FastSteps, Scheduler):
         """KV blocks held by running sequences."""
         return self.blocks.num_used
 
-    blocks_used = num_blocks_used
-    """The spec's name for ``num_blocks_used``."""
+    @property
+    def blocks_used(self) -> int:
+        """The spec's name for ``num_blocks_used``."""
+        return self.blocks.num_used
 
     @property
     def num_cached_blocks(self) -> int:

@@ -9,6 +9,8 @@ wait, not the batch a longer step. The engine times the load (``Scheduler.kv_lin
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr, trait
+
 from simulator.scheduling.interface import StepPlan, TierLoad
 from simulator.scheduling.kv_manager import KVManager
 from simulator.scheduling.kv_tier import KVTier
@@ -17,6 +19,8 @@ from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
 from simulator.scheduling.sequence import Sequence
 
 
+@trait  # a part of StepScheduler (mypyc: one of its several bases)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class TierLoads:
     """Loads from the KV tiers of a policy whose ``blocks`` have a prefix cache."""
 

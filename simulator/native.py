@@ -1,0 +1,90 @@
+"""The modules that run compiled, and the guard that runs their source when it changed since.
+
+``make`` compiles the modules below with mypyc (``tools/build_native.py``: C extensions beside
+them, the same code with its type annotations enforced) and writes ``_native.json``, the hash
+of each source compiled. The compiled modules call one another directly in C, so they are used
+all or none: if any source differs from what was compiled, or ``SERVESIM_PURE=1`` is set, or
+nothing was compiled, every one of them is imported from its source. The results are identical
+either way (``tests/test_native.py``); only the speed differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from importlib.abc import MetaPathFinder
+from importlib.machinery import ModuleSpec
+from importlib.util import spec_from_file_location
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent
+"""The ``simulator`` package's folder."""
+
+MANIFEST = ROOT / "_native.json"
+"""What ``tools/build_native.py`` compiled: each module's source hash."""
+
+COMPILED = (
+    "simulator.scheduling.block_pool",
+    "simulator.scheduling.decode_run",
+    "simulator.scheduling.deferred",
+    "simulator.scheduling.fast_step",
+    "simulator.scheduling.intake",
+    "simulator.scheduling.interface",
+    "simulator.scheduling.kv_manager",
+    "simulator.scheduling.sequence",
+    "simulator.scheduling.speculation",
+    "simulator.scheduling.step_scheduler",
+    "simulator.scheduling.tier_loads",
+    "simulator.engine.fast_window",
+    "simulator.engine.recorder",
+    "simulator.engine.server",
+    "simulator.engine.step_buffer",
+)
+"""The hot path: the scheduler, its KV manager, and the server's step loop."""
+
+
+def source_of(module: str) -> Path:
+    """The source file of ``module`` (one of ``COMPILED``)."""
+    return ROOT.parent.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def source_hashes() -> dict[str, str]:
+    """Each compiled module's source hash now."""
+    return {m: hashlib.sha256(source_of(m).read_bytes()).hexdigest() for m in COMPILED}
+
+
+def compiled_in_use() -> bool:
+    """Whether the compiled modules are imported (built, current, and not turned off)."""
+    if os.environ.get("SERVESIM_PURE") == "1":
+        return False
+    try:
+        built = json.loads(MANIFEST.read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(built.get("python") == sys.implementation.cache_tag) and bool(
+        built.get("modules") == source_hashes()
+    )
+
+
+class _SourceFirst(MetaPathFinder):
+    """Imports the compiled modules from their sources (the extensions beside them would
+    otherwise be found first)."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname not in COMPILED:
+            return None
+        return spec_from_file_location(fullname, source_of(fullname))
+
+
+def guard() -> None:
+    """Import the compiled modules from source unless the compiled ones are current."""
+    if any(isinstance(f, _SourceFirst) for f in sys.meta_path):
+        return
+    if not compiled_in_use():
+        sys.meta_path.insert(0, _SourceFirst())

@@ -1,0 +1,94 @@
+"""The compiled hot path (simulator/native.py, built by ``make``): in use, and giving the tables
+its sources give, bit for bit, on each kind of run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from simulator import native
+from tests.paths import ROOT
+
+SMALL = ["--set", "workload.num_requests=400"]
+RUNS = {
+    "spec": ["scenarios/quickstart.yaml"],
+    "vllm-v1": ["scenarios/quickstart.yaml", "--set", "scheduler.policy=vllm-v1"],
+    "preemption": ["scenarios/tight-kv-preemption.yaml"],
+    "budgets": ["scenarios/chunked-prefill-budgets.yaml"],
+    "least_kv": [
+        "scenarios/quickstart.yaml",
+        *("--set", "cluster.replicas=4", "--set", "cluster.router=least_kv"),
+    ],
+    "speculative": [
+        *("scenarios/quickstart.yaml", "--set", "scheduler.policy=vllm-v1"),
+        *("--set", "speculative.num_speculative_tokens=2"),
+        *("--set", "speculative.acceptance.rate=0.7"),
+    ],
+}
+
+
+def servesim(args: list[str], out: Path, pure: bool) -> Path:
+    """``servesim run`` of ``args`` into ``out``, compiled or (``pure``) from source."""
+    env = {**os.environ, "SERVESIM_PURE": "1" if pure else "0"}
+    cmd = [sys.executable, "-m", "simulator", "run", *args, *SMALL, "--no-plots", "--out", out]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_make_compiled_the_hot_path() -> None:
+    """``make test`` compiles first: a failed or stale build would run 1.7x slower silently."""
+    assert native.compiled_in_use(), (
+        f"not compiled or stale: run `make native` (see {ROOT / 'build' / 'native.log'})"
+    )
+    for module in native.COMPILED:
+        assert sys.modules.get(module) is None or sys.modules[module].__file__.endswith(".so")
+    from simulator.scheduling import step_scheduler
+
+    assert step_scheduler.__file__ is not None and step_scheduler.__file__.endswith(".so")
+
+
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_compiled_and_source_give_the_same_tables(run: str, tmp_path: Path) -> None:
+    compiled = servesim(RUNS[run], tmp_path / "compiled", pure=False)
+    source = servesim(RUNS[run], tmp_path / "source", pure=True)
+    tables = sorted(p.name for p in compiled.glob("*.parquet"))
+    assert "steps.parquet" in tables and tables == sorted(p.name for p in source.glob("*.parquet"))
+    for name in tables:
+        a, b = pd.read_parquet(compiled / name), pd.read_parquet(source / name)
+        pd.testing.assert_frame_equal(a, b, check_exact=True, obj=name)
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (compiled, source))
+    assert a.pop("wall_time_s") >= 0 and b.pop("wall_time_s") >= 0
+    assert a == b
+
+
+def test_a_changed_source_is_imported_from_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = {"python": sys.implementation.cache_tag, "modules": native.source_hashes()}
+    manifest = tmp_path / "_native.json"
+    monkeypatch.setattr(native, "MANIFEST", manifest)
+    manifest.write_text(json.dumps(record))
+    assert native.compiled_in_use()
+    record["modules"]["simulator.engine.server"] = "0" * 64  # compiled from another source
+    manifest.write_text(json.dumps(record))
+    assert not native.compiled_in_use()
+    manifest.unlink()
+    assert not native.compiled_in_use()
+
+
+def test_servesim_pure_imports_every_compiled_module_from_source() -> None:
+    code = (
+        "import importlib, sys; print(*(importlib.import_module(m).__file__ for m in sys.argv[1:]))"
+    )
+    env = {**os.environ, "SERVESIM_PURE": "1"}
+    cmd = [sys.executable, "-c", code, *native.COMPILED]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    files = done.stdout.split()
+    assert len(files) == len(native.COMPILED) and all(f.endswith(".py") for f in files)
