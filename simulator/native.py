@@ -43,6 +43,9 @@ COMPILED = (
     "simulator.engine.recorder",
     "simulator.engine.server",
     "simulator.engine.step_buffer",
+    "simulator.engine.held",
+    "simulator.engine.clock",
+    "simulator.engine.simulation",
 )
 """The hot path: the scheduler, its KV manager, and the server's step loop."""
 

@@ -25,6 +25,7 @@ RUNS = {
         "scenarios/quickstart.yaml",
         *("--set", "cluster.replicas=4", "--set", "cluster.router=least_kv"),
     ],
+    "dp2": ["scenarios/quickstart.yaml", "--set", "parallel.data_parallel_size=2"],
     "speculative": [
         *("scenarios/quickstart.yaml", "--set", "scheduler.policy=vllm-v1"),
         *("--set", "speculative.num_speculative_tokens=2"),

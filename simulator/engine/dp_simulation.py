@@ -38,7 +38,7 @@ class DataParallelSimulation(Simulation):
         self.recorder = Recorder(len(workload), total, step_sink or MemorySink())
         on_done = self._slot_freed if self.max_concurrency is not None else None
         k, share = self.num_speculative_tokens, kwargs.get("draft_cost", 0.0)
-        self.server = LockstepServer(  # type: ignore[assignment]
+        self.server = LockstepServer(
             self.env,
             ranks,
             cost_models,

@@ -19,10 +19,12 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 import simpy
+from mypy_extensions import mypyc_attr
 
 from simulator.cost.interface import CostModel
 from simulator.engine.clock import sleep_until
 from simulator.engine.drafts import DraftCost
+from simulator.engine.lockstep import LockstepServer
 from simulator.engine.recorder import Recorder
 from simulator.engine.result import SimulationResult
 from simulator.engine.server import Server
@@ -36,6 +38,7 @@ from simulator.scheduling.sequence import Sequence
 from simulator.workload.workload import Workload
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # DataParallelSimulation
 class Simulation:
     """One run of a workload through a scheduler and a cost model on a simpy clock."""
 
@@ -86,7 +89,8 @@ class Simulation:
         and summary keys (k = 0: the run without speculation, tables and all)."""
         self._prompt = workload.prompt_len.tolist()
         self._output = workload.output_len.tolist()
-        self.server = Server(
+        # a DP run's is its ranks in lockstep (``DataParallelSimulation``)
+        self.server: Server | LockstepServer = Server(
             self.env,
             scheduler,
             cost_model,
