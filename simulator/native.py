@@ -74,20 +74,25 @@ def compiled_in_use() -> bool:
 
 
 class _SourceFirst(MetaPathFinder):
-    """Imports the compiled modules from their sources (the extensions beside them would
-    otherwise be found first)."""
+    """Imports from source every module of the package that is not compiled and current
+    (an extension beside its source would otherwise be found first, also one left by a build
+    of another checkout whose list differed)."""
+
+    def __init__(self, compiled: frozenset[str]) -> None:
+        self.compiled = compiled
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if fullname not in COMPILED:
+        if not fullname.startswith("simulator.") or fullname in self.compiled:
             return None
-        return spec_from_file_location(fullname, source_of(fullname))
+        source = source_of(fullname)
+        return spec_from_file_location(fullname, source) if source.is_file() else None
 
 
 def guard() -> None:
-    """Import the compiled modules from source unless the compiled ones are current."""
+    """Import the compiled modules only where they are current, everything else from source."""
     if any(isinstance(f, _SourceFirst) for f in sys.meta_path):
         return
-    if not compiled_in_use():
-        sys.meta_path.insert(0, _SourceFirst())
+    in_use = frozenset(COMPILED) if compiled_in_use() else frozenset()
+    sys.meta_path.insert(0, _SourceFirst(in_use | {"simulator.native__mypyc"}))

@@ -93,3 +93,14 @@ def test_servesim_pure_imports_every_compiled_module_from_source() -> None:
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     files = done.stdout.split()
     assert len(files) == len(native.COMPILED) and all(f.endswith(".py") for f in files)
+
+
+def test_only_the_current_compiled_modules_skip_their_source() -> None:
+    """An extension left beside a module by an older build (another branch's list) is never
+    imported: every other module of the package comes from its source."""
+    finder = native._SourceFirst(frozenset({"simulator.engine.server"}))
+    assert finder.find_spec("simulator.engine.server", None) is None
+    spec = finder.find_spec("simulator.cluster.cluster", None)
+    assert spec is not None and spec.origin == str(ROOT / "simulator" / "cluster" / "cluster.py")
+    assert finder.find_spec("numpy", None) is None
+    assert finder.find_spec("simulator.cluster", None) is None  # a package: its __init__
