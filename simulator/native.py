@@ -46,6 +46,7 @@ COMPILED = (
     "simulator.engine.held",
     "simulator.engine.clock",
     "simulator.engine.simulation",
+    "simulator.cost.decode_times",
 )
 """The hot path: the scheduler, its KV manager, and the server's step loop."""
 

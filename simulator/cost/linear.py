@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.cost.batch import Batch, StepSums
+from simulator.cost.decode_times import linear_decodes
 from simulator.cost.interface import CostModel
 
 _MS = 1e-3
@@ -74,5 +75,4 @@ class LinearCostModel(CostModel):
         sums in the same order, the part that does not change added once (it is the sum's
         left end, so every step's float result is the same)."""
         head = self._base + self._per_token * num_seqs + self._per_seq * num_seqs
-        per_ctx = self._per_ctx
-        return [head + per_ctx * c for c in contexts]
+        return linear_decodes(head, self._per_ctx, contexts)

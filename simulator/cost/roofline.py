@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.cost.all_to_all import allgather_reducescatter_time
 from simulator.cost.batch import Batch, StepSums
+from simulator.cost.decode_times import roofline_decodes
 from simulator.cost.interface import CostModel
 from simulator.cost.presets import Dtype, HardwareSpec, ModelSpec
 from simulator.errors import InputError
@@ -212,17 +213,11 @@ class RooflineCostModel(CostModel):
         # time beats the compute time by a relative 1e-9 at both ends, it beats it (by far
         # more than rounding) at every step between, so ``max`` is the memory time there
         lo, hi = pairs[0], pairs[-1]
-        if (weights + kv * lo) / memory > (mm + attn * lo) / compute * _CLEAR and (
+        memory_bound = (weights + kv * lo) / memory > (mm + attn * lo) / compute * _CLEAR and (
             weights + kv * hi
-        ) / memory > (mm + attn * hi) / compute * _CLEAR:
-            return [(weights + kv * p) / memory + fixed + per_token + overhead for p in pairs]
-        return [
-            (tm if (tm := (weights + kv * p) / memory) > (tc := (mm + attn * p) / compute) else tc)
-            + fixed
-            + per_token
-            + overhead
-            for p in pairs
-        ]
+        ) / memory > (mm + attn * hi) / compute * _CLEAR
+        tail = (fixed, per_token, overhead)
+        return roofline_decodes(pairs, mm, attn, weights, kv, compute, memory, tail, memory_bound)
 
     def _time(self, tokens: int, ctx: int, pairs: int, decode_pairs: int = 0) -> float:
         flops = self._mm_flops_per_token * tokens + self._attn_flops_per_pair * pairs
