@@ -26,7 +26,7 @@ from simulator.yaml_file import read_yaml_file
 class SLOConfig(BaseModel):
     """Latency targets; a request meets the SLO when it meets every one given."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     ttft_ms: float | None = Field(default=None, gt=0)
     """Time to first token, in milliseconds."""
@@ -50,7 +50,7 @@ def _plans_ahead(model: Any) -> bool:
 class ScenarioConfig(BaseModel):
     """One simulation: server, cost model, workload, and optional SLOs."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
     """Scenario name; names the default output folder."""

@@ -3,8 +3,12 @@ so every key's type, default and meaning come from the one place that validates 
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 import types
 import typing
+from functools import cache
 from typing import Any, Union
 
 from pydantic import BaseModel
@@ -24,6 +28,29 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     return []
+
+
+@cache
+def field_docs(model: type[BaseModel]) -> dict[str, str]:
+    """The docstring under each field of ``model`` and of the models it inherits from. Read
+    here, not by pydantic (``use_attribute_docstrings``): parsing every model's source took a
+    tenth of the start-up of every run, for this page alone."""
+    docs: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if not issubclass(cls, BaseModel) or cls is BaseModel:
+            continue
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+        assert isinstance(body, ast.ClassDef)
+        for stmt, after in zip(body.body, body.body[1:], strict=False):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[stmt.target.id] = inspect.cleandoc(after.value.value)
+    return docs
 
 
 def _type_name(annotation: Any) -> str:
@@ -87,7 +114,8 @@ def render(root: type[BaseModel], prefix: str = "") -> str:
         children: list[tuple[str, type[BaseModel]]] = []
         for name, field in model.model_fields.items():
             key = f"{path}.{name}" if path else name
-            desc = (field.description or "").replace("\n", " ").replace("|", "\\|")
+            desc = field.description or field_docs(model).get(name, "")
+            desc = desc.replace("\n", " ").replace("|", "\\|")
             kind, default = _type_name(field.annotation), _default(field)
             out.append(f"| `{name}` | {kind} | {default} | {desc} |")
             children.extend((key, m) for m in _models_in(field.annotation))

@@ -314,9 +314,11 @@ def test_bad_trace_fields(trace: dict[str, Any], fragment: str) -> None:
     assert fragment in invalid({"trace": trace})
 
 
-def test_field_docstrings_become_descriptions() -> None:
+def test_field_docstrings_become_the_references_meanings() -> None:
+    from simulator.reference import field_docs
+
     assert (
-        ArrivalConfig.model_fields["cv"].description
+        field_docs(ArrivalConfig)["cv"]
         == "Gamma only: coefficient of variation of inter-arrival times (1 = Poisson, >1 burstier)."
     )
 

@@ -18,7 +18,7 @@ class AutoscalerConfig(BaseModel):
     """Scale the fleet to its load: the initial count is ``cluster.replicas``; a replica added
     serves after its cold start; one removed stops receiving requests and drains."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     policy: str = "target_utilization"
     """``target_utilization``, ``target_queue``, ``slo_ttft``, or the import path

@@ -13,7 +13,7 @@ from simulator.scheduling.config import SchedulerConfig
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
 
 class ReplicaGroup(_Model):

@@ -46,7 +46,7 @@ class ImportedCostConfig(BaseModel):
     """A cost model of your own, named by import path: ``type: mypkg.costs:Flat``; the class
     (a ``CostModel``) is called with this config."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     type: str
     """``module:Class`` of the cost model."""

@@ -63,7 +63,7 @@ Array = NDArray[np.float64]
 class FeatureScales(BaseModel):
     """Per-GPU roofline constants that turn a step's shape into feature values (ms)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     matmul_ms_per_token: float = Field(gt=0)
     """Dense-matmul time of one token at peak FLOP/s, per GPU (``2 * params / tp / peak``), ms."""

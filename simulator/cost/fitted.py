@@ -66,7 +66,7 @@ def zero_time_steps(coefficients: dict[str, float], scales: FeatureScales) -> li
 class FittedPreset(BaseModel):
     """A fitted cost-model preset file (``configs/fitted/<name>.yaml``)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     name: str
     """Short identifier, e.g. ``llama-2-70b_a100-80gb_tp8``."""
@@ -123,7 +123,7 @@ class FittedPreset(BaseModel):
 class FittedCostConfig(BaseModel):
     """Cost model from a fitted preset (``servesim calibrate`` writes those)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     type: Literal["fitted"] = "fitted"
     """Discriminator of the cost-model union."""

@@ -16,7 +16,7 @@ _MS = 1e-3
 class LinearCostConfig(BaseModel):
     """Step time as a linear function of the batch's token, sequence and context counts."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     type: Literal["linear"] = "linear"
     """Discriminator of the cost-model union."""

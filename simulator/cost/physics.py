@@ -38,7 +38,7 @@ class PhysicsCostConfig(BaseModel):
     """Step time from per-operator roofline terms with learned efficiencies (any GPU preset,
     any dense or MoE model preset or ``config.json``, GQA or MLA; no profile needed)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     type: Literal["physics"] = "physics"
     """Discriminator of the cost-model union."""

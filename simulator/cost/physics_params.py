@@ -25,7 +25,7 @@ __all__ = [
 class GpuFit(BaseModel):
     """What the fit learned of one measured GPU (an unmeasured GPU has scales of 1)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     compute_scale: float = Field(gt=0, allow_inf_nan=False)
     """Achieved matmul peak relative to the preset's ``peak_flops`` x ``gemm_compute``."""
@@ -52,7 +52,7 @@ class GpuFit(BaseModel):
 class GroupError(BaseModel):
     """The fit's in-sample error on one group of measurements (step times built from them)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     points: int = Field(ge=0)
     """Steps compared."""
@@ -67,7 +67,7 @@ class AllReduceFit(BaseModel):
     measured): ``latency_us + 2 (tp - 1) / tp x bytes / (interconnect_bandwidth x
     bandwidth_efficiency)``; other links keep their preset's values."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     latency_us: float = Field(gt=0, allow_inf_nan=False)
     """Fixed time of one all-reduce, microseconds."""
@@ -88,7 +88,7 @@ class AllReduceFit(BaseModel):
 class PhysicsParams(BaseModel):
     """Learned efficiencies of one serving stack: shared ones, and per-GPU scales."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     stack: str
     """The serving stack the measurements were taken on (its kernels are what is learned)."""

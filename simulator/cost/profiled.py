@@ -38,7 +38,7 @@ class ProfiledCostConfig(BaseModel):
     """Step time from operator profiles measured on the serving stack (LLMServingSim bundles,
     Vidur MLP profiles), interpolated for each step's batch."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     type: Literal["profiled"] = "profiled"
     """Discriminator of the cost-model union."""

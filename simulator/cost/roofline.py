@@ -25,7 +25,7 @@ _MS = 1e-3
 class RooflineCostConfig(BaseModel):
     """Step time from FLOPs and bytes against a GPU's peak compute and HBM bandwidth."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     type: Literal["roofline"] = "roofline"
     """Discriminator of the cost-model union."""

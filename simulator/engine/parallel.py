@@ -11,7 +11,7 @@ class ParallelConfig(BaseModel):
     balancer; the ranks of an MoE model step together (a step lasts as long as the slowest
     rank's, an idle rank runs a dummy step)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     data_parallel_size: int = Field(default=1, ge=1)
     """Data-parallel ranks (vLLM's ``data_parallel_size``); 1 is a plain single server."""

@@ -19,7 +19,7 @@ class ServingConfig(BaseModel):
     """Serving overheads around the engine's steps. Every default is 0: the engine alone, as
     the scheduler spec and the cost models' measurements see it."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     frontend_delay_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """From a request's arrival at the API server to its entry in the engine's waiting queue

@@ -10,7 +10,7 @@ from simulator.metrics.summary import DEFAULT_PERCENTILES
 class MetricsConfig(BaseModel):
     """What the summary reports."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     percentiles: tuple[float, ...] = Field(default=DEFAULT_PERCENTILES, min_length=1)
     """Percentiles of TTFT, TPOT, ITL, E2E and queue delay in the summary (each in (0, 100]),

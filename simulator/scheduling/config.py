@@ -23,7 +23,7 @@ sample_many)``; a scenario may also name one by import path, ``module:Class``.""
 class SchedulerConfig(BaseModel):
     """The step scheduler's policy and budgets (the contract: docs/scheduler.md)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     policy: str = "spec"
     """Scheduling policy: ``spec`` (the project's spec, the default), ``vllm-v1`` (vLLM

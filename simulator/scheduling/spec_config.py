@@ -12,7 +12,7 @@ class AcceptanceConfig(BaseModel):
     """How many drafts a verify step accepts: a constant per-token rate, or the per-position
     rates vLLM's metrics report (one of the two)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     rate: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
     """Probability that each draft token is accepted, given that those before it were: the
@@ -49,7 +49,7 @@ class SpeculativeConfig(BaseModel):
     ``num_speculative_tokens`` drafts in one step of ``1 + k`` tokens (docs/scheduler.md,
     "Speculative decoding")."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
     method: Literal["ngram", "mtp", "eagle", "draft_model"] = "ngram"
     """Who proposes the drafts: prompt lookup (``ngram``, no GPU work), the model's MTP

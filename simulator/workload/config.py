@@ -13,7 +13,7 @@ from simulator.workload.rate_schedule import schedule_check
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid")
 
 
 class DiurnalConfig(_Model):

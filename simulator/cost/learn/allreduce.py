@@ -26,7 +26,7 @@ _MS = 1e-3
 class AllReduceSource(BaseModel):
     """One public all-reduce profile (Vidur's ``all_reduce.csv`` of one node type)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     """Group name, as the errors are reported."""

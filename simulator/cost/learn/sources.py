@@ -46,7 +46,7 @@ MIXED_STRIDE = 3
 class Source(BaseModel):
     """One profile the fit reads."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     """Group name (``gpu/model/tp``), as the errors are reported."""
@@ -65,7 +65,7 @@ class Source(BaseModel):
 class Sources(BaseModel):
     """The training set: which stack, which files, which left out and why."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     stack: str
     """The serving stack the profiles measure."""
