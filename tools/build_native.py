@@ -29,6 +29,9 @@ sys.path.insert(0, str(HERE))
 
 from simulator import native  # noqa: E402 (the tree's own, whether installed or not)
 
+LOG = HERE / "build" / "native.log"
+"""What a failed build said."""
+
 
 def clean() -> None:
     """Remove the record and every extension a build left in the package."""
@@ -86,13 +89,14 @@ def main() -> int:
                 build(Path(tmp))
         except (Exception, SystemExit) as err:
             clean()
-            (native.ROOT.parent / "build").mkdir(exist_ok=True)
-            (native.ROOT.parent / "build" / "native.log").write_text(log.getvalue())
+            LOG.parent.mkdir(exist_ok=True)
+            LOG.write_text(log.getvalue())
             print(
                 f"servesim: not compiled ({type(err).__name__}: {str(err)[:200]}; "
                 "build/native.log); servesim runs as pure Python"
             )
             return 0
+    LOG.unlink(missing_ok=True)  # a failed build's, now stale
     tmp_manifest = native.MANIFEST.with_suffix(".tmp")
     tmp_manifest.write_text(json.dumps(record, indent=1) + "\n")
     tmp_manifest.replace(native.MANIFEST)
