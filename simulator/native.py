@@ -47,8 +47,12 @@ COMPILED = (
     "simulator.engine.clock",
     "simulator.engine.simulation",
     "simulator.cost.decode_times",
+    "simulator.cluster.replica",
+    "simulator.cluster.router",
+    "simulator.cluster.routers",
 )
-"""The hot path: the scheduler, its KV manager, and the server's step loop."""
+"""The hot path: the scheduler, its KV manager, the server's step loop, the arrivals, and
+what a router reads of a replica."""
 
 
 def source_of(module: str) -> Path:

@@ -4,6 +4,7 @@ determinism; bad input."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -317,17 +318,27 @@ def test_a_cluster_with_no_replica_or_an_unknown_router_is_one_line(
 # -- routers ---------------------------------------------------------------------------------------
 
 
-class _FakeServer:
-    def __init__(self) -> None:
-        import simpy
-
-        self.env = simpy.Environment()
-        self.num_running = self.num_waiting = self.num_blocks_used = self.num_sampled = 0
-        self.num_blocks = 100
-
-
 def _replicas(n: int) -> list[Replica]:
-    return [Replica(k, "g", "colocated", _FakeServer()) for k in range(n)]  # type: ignore[arg-type]
+    """``n`` idle replicas of 100 blocks, for a router to choose from."""
+    import simpy
+
+    from simulator.cost.linear import LinearCostConfig, LinearCostModel
+    from simulator.engine.recorder import Recorder
+    from simulator.engine.server import Server
+    from simulator.engine.step_sink import MemorySink
+    from simulator.scheduling import make_scheduler
+    from simulator.scheduling.config import SchedulerConfig
+
+    def server() -> Server:
+        cfg = SchedulerConfig(
+            num_blocks=100, block_size=16, max_num_seqs=8, max_num_batched_tokens=64
+        )
+        rec = Recorder(1, 100, MemorySink())
+        cost = LinearCostModel(LinearCostConfig(base_ms=1))
+        env = simpy.Environment()
+        return Server(env, make_scheduler(cfg), cost, rec, next_arrival=lambda: math.inf)
+
+    return [Replica(k, "g", "colocated", server()) for k in range(n)]
 
 
 def test_prefix_affinity_follows_the_prefix_within_the_load_margin() -> None:

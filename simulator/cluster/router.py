@@ -20,6 +20,7 @@ from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from simulator.scheduling.sequence import PromptRuns
 
@@ -86,6 +87,7 @@ def prefix_keys(runs: PromptRuns | None, block_size: int) -> tuple[Hashable, ...
     return tuple(keys)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a router of the user's
 class Router(ABC):
     """Picks the replica a request goes to. Subclass it and implement ``choose``."""
 

@@ -1,7 +1,7 @@
 """The routers ``cluster.router`` names. Ties go to the lowest replica index, so a choice
-depends on nothing but the state and the router's own random stream. Each reads the
-replicas' counters as plain attributes (``attrgetter``, in C): a router is asked at every
-arrival, over every replica."""
+depends on nothing but the state and the router's own random stream. A router is asked at
+every arrival, over every replica, so the least loaded is found by a plain loop over the
+replicas' counters, which this module compiled reads as C fields (simulator/native.py)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,48 @@ from collections.abc import Hashable, Sequence
 from operator import attrgetter
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from simulator.cluster.replica import Replica
 from simulator.cluster.router import Request, Router
 from simulator.registry import Registry
 
 INDEX = attrgetter("index")
-OUTSTANDING = attrgetter("num_outstanding")
-TOKENS = attrgetter("num_tokens")
-KV_THEN_OUTSTANDING = attrgetter("kv_utilization", "num_outstanding")
 
 
+def fewest_outstanding(replicas: Sequence[Replica]) -> Replica:
+    """The first replica with the fewest outstanding requests (``min``'s choice)."""
+    best = replicas[0]
+    least = best.num_outstanding
+    for r in replicas:
+        if r.num_outstanding < least:
+            best, least = r, r.num_outstanding
+    return best
+
+
+def fewest_tokens(replicas: Sequence[Replica]) -> Replica:
+    """The first replica with the fewest tokens of work in flight."""
+    best = replicas[0]
+    least = best.num_tokens
+    for r in replicas:
+        tokens = r.num_tokens
+        if tokens < least:
+            best, least = r, tokens
+    return best
+
+
+def lowest_kv(replicas: Sequence[Replica]) -> Replica:
+    """The first replica with the lowest KV utilization, then the fewest outstanding."""
+    best = replicas[0]
+    kv, outstanding = best.kv_utilization, best.num_outstanding
+    for r in replicas:
+        u = r.kv_utilization
+        if u < kv or (u == kv and r.num_outstanding < outstanding):
+            best, kv, outstanding = r, u, r.num_outstanding
+    return best
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RoundRobin(Router):
     """Each replica in turn (skipping those a request does not fit in)."""
 
@@ -38,6 +69,7 @@ class RoundRobin(Router):
         return pick
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Random(Router):
     """A replica drawn uniformly from the router's own stream."""
 
@@ -48,31 +80,35 @@ class Random(Router):
         return replicas[int(self.rng.integers(len(replicas)))]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class LeastOutstanding(Router):
     """The replica with the fewest requests in flight (running, waiting or on their way)."""
 
     def choose(self, request: Request, replicas: Sequence[Replica]) -> Replica:
         """Fewest outstanding requests."""
-        return min(replicas, key=OUTSTANDING)
+        return fewest_outstanding(replicas)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class LeastTokens(Router):
     """The replica with the fewest tokens of work in flight: prompt plus output still to
     sample, over its outstanding requests."""
 
     def choose(self, request: Request, replicas: Sequence[Replica]) -> Replica:
         """Fewest tokens of work."""
-        return min(replicas, key=TOKENS)
+        return fewest_tokens(replicas)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class LeastKV(Router):
     """The replica with the lowest KV-cache utilization (then the fewest outstanding)."""
 
     def choose(self, request: Request, replicas: Sequence[Replica]) -> Replica:
         """Lowest share of KV blocks in use."""
-        return min(replicas, key=KV_THEN_OUTSTANDING)
+        return lowest_kv(replicas)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PowerOfTwo(Router):
     """Two replicas drawn at random; the one with fewer requests in flight (the first drawn on
     a tie)."""
@@ -86,6 +122,7 @@ class PowerOfTwo(Router):
         return b if b.num_outstanding < a.num_outstanding else a
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PrefixAffinity(Router):
     """The replica that has served the longest prefix of the request, unless it has more
     than ``affinity_margin`` requests in flight above the least loaded one; then the least
@@ -106,7 +143,7 @@ class PrefixAffinity(Router):
 
     def choose(self, request: Request, replicas: Sequence[Replica]) -> Replica:
         """Cache affinity within the load margin."""
-        least = min(replicas, key=OUTSTANDING)
+        least = fewest_outstanding(replicas)
         by_index = {r.index: r for r in replicas}
         best: Replica | None = None
         depth = 0
