@@ -111,3 +111,26 @@ def test_only_the_current_compiled_modules_skip_their_source() -> None:
     assert spec is not None and spec.origin == str(ROOT / "simulator" / "cluster" / "cluster.py")
     assert finder.find_spec("numpy", None) is None
     assert finder.find_spec("simulator.cluster", None) is None  # a package: its __init__
+
+
+def test_no_exception_outlives_a_cluster_run() -> None:
+    """A hold cut by an interrupt is caught inside the server's loop; compiled code that
+    yielded inside that ``except`` left the interrupt as the exception being handled, and
+    every later error chained onto it."""
+    import simulator
+
+    cfg = {
+        "name": "cuts",
+        "seed": 0,
+        "scheduler": {"max_num_batched_tokens": 2048, "max_num_seqs": 64, "num_blocks": 4000},
+        "cost_model": {"type": "linear", "base_ms": 5, "per_token_ms": 0.01},
+        "workload": {
+            "num_requests": 500,
+            "arrival": {"process": "poisson", "rate": 20},
+            "prompt_len": {"dist": "fixed", "value": 200},
+            "output_len": {"dist": "fixed", "value": 100},
+        },
+        "cluster": {"replicas": 4, "router": "least_outstanding"},
+    }
+    assert len(simulator.run(cfg).requests) == 500
+    assert sys.exc_info() == (None, None, None)

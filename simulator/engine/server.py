@@ -227,9 +227,12 @@ class Server:
         """Sleep to the end of ``held`` and take its steps, unless a submission cuts it
         (``_cut``): then sleep to the end of the step in flight at that instant and apply it."""
         self._held = held
+        cut = False
         try:
             yield self.env.timeout(held.end - self.env.now)  # lands there: ``Held``
         except simpy.Interrupt:  # cut before its last step
+            cut = True
+        if cut:  # not yielded inside ``except``: compiled, the interrupt would outlive it
             assert self._final is not None
             yield self.env.timeout(self._final[2] - self.env.now)  # lands there, as above
         final, self._final = self._final, None
