@@ -6,12 +6,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from simulator.errors import InputError, reason_of
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # What a damaged parquet file raises while being opened or decoded: pyarrow's errors (ArrowIOError
 # is an OSError), and from pandas' metadata in the schema a UnicodeDecodeError, a JSONDecodeError
@@ -27,6 +30,8 @@ def _unreadable(path: Path | str, err: BaseException) -> InputError:
 
 def read_parquet(path: Path | str) -> pd.DataFrame:
     """A whole parquet table, or an InputError naming the file."""
+    import pandas as pd
+
     try:
         return pd.read_parquet(path)
     except InputError:

@@ -1,5 +1,6 @@
 """A ``servesim run`` imports only what it uses: without plots, neither matplotlib nor scipy
-(nor the download stack), which are most of a small run's start-up when they load (issue 24)."""
+(nor the download stack), which are most of a small run's start-up when they load, and never
+pandas (its tables go from numpy columns to Arrow) nor tqdm off a terminal (issue 24)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,15 @@ PROBE = """
 import sys
 from simulator.cli import main
 code = main(["run", sys.argv[1], "--out", sys.argv[2], "--no-plots"])
-heavy = ("matplotlib", "scipy", "pooch", "requests")
+heavy = ("matplotlib", "scipy", "pooch", "requests", "pandas", "tqdm")
 print(code, *sorted(m for m in heavy if m in sys.modules))
 """
 
 
 def test_run_without_plots_imports_neither_matplotlib_nor_scipy(tmp_path: Path) -> None:
-    """A fresh process runs the quickstart scenario (10 requests) without plots, and none of
-    matplotlib, scipy, pooch or requests is imported."""
+    """A fresh process runs the quickstart scenario (10 requests) without plots, its output
+    not a terminal, and none of matplotlib, scipy, pooch, requests, pandas or tqdm is
+    imported."""
     scenario = yaml.safe_load((HERE / "scenarios" / "quickstart.yaml").read_text())
     scenario["workload"]["num_requests"] = 10
     path = tmp_path / "tiny.yaml"

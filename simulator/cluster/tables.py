@@ -11,7 +11,7 @@ import pandas as pd
 
 from simulator.cluster.replica import Replica
 from simulator.engine.recorder import Recorder
-from simulator.engine.result import SimulationResult
+from simulator.engine.result import SimulationResult, rejection_table
 from simulator.engine.simulation import check_token_count
 from simulator.engine.step_sink import StepSink
 from simulator.engine.tokens import output_checksums
@@ -147,7 +147,7 @@ def cluster_result(
         num_preemptions=np.array(rec.num_preemptions, dtype=np.int64) + prefill_preemptions,
         num_cached_tokens=np.array(rec.cached_tokens, dtype=np.int64),
         rejected=rejected_ids,
-    )
+    ).frame()
     replica = np.array(records.routed_to, dtype=np.int64)
     replica[rejected_ids] = -1
     requests["replica"] = replica
@@ -160,15 +160,10 @@ def cluster_result(
     table = replica_table(replicas, requests, summary["duration_s"])
     summary.update(cluster_summary(table, requests))
     return SimulationResult(
-        requests=requests,
+        request_table=requests,
         steps=steps,
         summary=summary,
-        rejected=pd.DataFrame(
-            {
-                "request_id": pd.Series(rejected_ids, dtype="int64"),
-                "reason": pd.Series([r for _, r in rejected], dtype="object"),
-            }
-        ),
+        rejected_table=rejection_table(rejected),
         checksums=output_checksums(np.array(rec.num_output, dtype=np.int64)),
         replicas=table,
     )

@@ -6,15 +6,18 @@ proportional to requests, not to steps or tokens. The per-request records are ty
 from __future__ import annotations
 
 from array import array
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simulator.engine.step_buffer import STEP_INT_FIELDS, StepBuffer
 from simulator.engine.step_sink import StepSink
 from simulator.metrics import Distribution, StepStats
 from simulator.scheduling.interface import StepPlan
 from simulator.scheduling.sequence import Sequence
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["CHUNK_GAPS", "CHUNK_STEPS", "NO_MOVES", "STEP_INT_FIELDS", "Recorder"]
 

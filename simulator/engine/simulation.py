@@ -17,7 +17,6 @@ from collections import deque
 from collections.abc import Callable
 
 import numpy as np
-import pandas as pd
 import simpy
 from mypy_extensions import mypyc_attr
 
@@ -26,13 +25,13 @@ from simulator.engine.clock import sleep_until
 from simulator.engine.drafts import DraftCost
 from simulator.engine.lockstep import LockstepServer
 from simulator.engine.recorder import Recorder
-from simulator.engine.result import SimulationResult
+from simulator.engine.result import SimulationResult, rejection_table
 from simulator.engine.server import Server
 from simulator.engine.serving import ServingConfig, StepWithCpu
 from simulator.engine.step_sink import MemorySink, StepSink
 from simulator.engine.tokens import output_checksums
 from simulator.engine.watch import RunState, StopRule, Watch
-from simulator.metrics import DEFAULT_PERCENTILES, build_requests, summarize
+from simulator.metrics import DEFAULT_PERCENTILES, Columns, build_requests, summarize
 from simulator.scheduling.interface import Scheduler
 from simulator.scheduling.sequence import Sequence
 from simulator.workload.workload import Workload
@@ -212,22 +211,16 @@ class Simulation:
             rejected=rejected_ids,
             response_delay=self.serving.response_delay_ms * 1e-3,
         )
-        rejected = pd.DataFrame(
-            {
-                "request_id": pd.Series(rejected_ids, dtype="int64"),
-                "reason": pd.Series([r for _, r in rec.rejected], dtype="object"),
-            }
-        )
         summary = summarize(
             requests, rec.step_stats, rec.itl, self.slo, self.percentiles, rec.tier_hits
         )
         if self.num_speculative_tokens:
             add_spec_metrics(requests, summary, rec)
         return SimulationResult(
-            requests=requests,
+            request_table=requests,
             steps=steps,
             summary=summary,
-            rejected=rejected,
+            rejected_table=rejection_table(rec.rejected),
             checksums=output_checksums(np.array(rec.num_output, dtype=np.int64)),
         )
 
@@ -251,7 +244,7 @@ def drafts_of(cost_model: CostModel, k: int, draft_cost: float) -> DraftCost | N
     return DraftCost(gpu, k, draft_cost)
 
 
-def add_spec_metrics(requests: pd.DataFrame, summary: dict[str, object], rec: Recorder) -> None:
+def add_spec_metrics(requests: Columns, summary: dict[str, object], rec: Recorder) -> None:
     """Speculative decoding's columns (drafts verified and accepted per request) and summary
     keys: ``spec_acceptance_rate`` (accepted / verified drafts) and
     ``spec_mean_acceptance_length`` (tokens a sequence gains per verify step, the bonus token

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from simulator.metrics import STEP_COLUMNS, frame_of
+from simulator.metrics.columns import arrow_array
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow.parquet as pq
 
 STEP_MODES = ("full", "sampled", "none")
 """What ``--steps`` may ask for."""
@@ -50,6 +53,8 @@ class MemorySink(StepSink):
 
     def close(self) -> pd.DataFrame:
         """The step table (with its columns even when no step ran)."""
+        import pandas as pd
+
         if not self._chunks:
             return pd.DataFrame({c: pd.Series(dtype="float64") for c in STEP_COLUMNS})
         if len(self._chunks) == 1:
@@ -67,28 +72,30 @@ class ParquetSink(StepSink):
 
     def write(self, chunk: pd.DataFrame) -> None:
         """Append the rows as a row group."""
-        table = pa.Table.from_pandas(chunk, preserve_index=False)
-        if self._writer is None:
-            # no dictionary pages: step columns barely repeat, and trying them doubled the
-            # write time (0.62 s against 0.29 s for 1.5 M rows, the file 10% larger)
-            self._writer = pq.ParquetWriter(self.path, table.schema, use_dictionary=False)
-        self._writer.write_table(table)
+        self.write_columns({name: chunk[name].to_numpy() for name in chunk.columns})
 
     def write_columns(self, cols: dict[str, np.ndarray]) -> None:
-        """Append the rows as a row group, straight from their columns once the first chunk
-        (through pandas) gave the file its schema, pandas metadata included: a frame and its
-        conversion took 10-15 ms per 65,536 rows, the arrays 0.1 ms."""
+        """Append the rows as a row group, straight from their columns (no frame: a frame and
+        its conversion took 10-15 ms per 65,536 rows, the arrays 0.1 ms)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        arrays = [arrow_array(v) for v in cols.values()]
         if self._writer is None:
-            self.write(frame_of(cols))
-            return
-        schema = self._writer.schema
-        arrays = [pa.array(cols[name]) for name in schema.names]
-        self._writer.write_table(pa.Table.from_arrays(arrays, schema=schema))
+            schema = pa.Table.from_arrays(arrays, names=list(cols)).schema
+            # no dictionary pages: step columns barely repeat, and trying them doubled the
+            # write time (0.62 s against 0.29 s for 1.5 M rows, the file 10% larger)
+            self._writer = pq.ParquetWriter(self.path, schema, use_dictionary=False)
+        self._writer.write_table(pa.Table.from_arrays(arrays, schema=self._writer.schema))
 
     def close(self) -> None:
-        """Finish the file (an empty table when no step ran)."""
+        """Finish the file (an empty table, every column float64, when no step ran)."""
         if self._writer is None:
-            MemorySink().close().to_parquet(self.path, index=False)
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            empty = [arrow_array(np.zeros(0)) for _ in STEP_COLUMNS]
+            pq.write_table(pa.Table.from_arrays(empty, names=STEP_COLUMNS), self.path)
             return
         self._writer.close()
 
@@ -106,6 +113,11 @@ class SampledSink(StepSink):
             chunk["num_preemptions"].to_numpy() > 0
         )
         self.inner.write(chunk[keep].reset_index(drop=True))
+
+    def write_columns(self, cols: dict[str, np.ndarray]) -> None:
+        """Pass on the sampled rows, as columns."""
+        keep = (cols["step"] % self.every == 0) | (cols["num_preemptions"] > 0)
+        self.inner.write_columns({name: values[keep] for name, values in cols.items()})
 
     def close(self) -> pd.DataFrame | None:
         """Close the inner sink."""

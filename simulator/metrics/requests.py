@@ -17,8 +17,8 @@ arrival.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
+from simulator.metrics.columns import Columns
 from simulator.workload.workload import Workload
 
 REQUEST_COLUMNS = [
@@ -40,6 +40,9 @@ REQUEST_COLUMNS = [
     "status",
 ]
 
+STATUSES = ("finished", "rejected")
+"""The categories of the ``status`` column."""
+
 
 def build_requests(
     workload: Workload,
@@ -53,7 +56,7 @@ def build_requests(
     rejected: list[int],
     queued: np.ndarray | None = None,
     response_delay: float = 0.0,
-) -> pd.DataFrame:
+) -> Columns:
     """One row per request, every latency derived from the timestamps (``arrival``: when each
     reached the server, default the workload's arrival times; ``queued``: when each entered
     the engine's queue, default its arrival; ``response_delay``: seconds from a sampled token
@@ -67,7 +70,7 @@ def build_requests(
     status[rejected] = "rejected"
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(output_len > 1, (finish - first_token) / (output_len - 1), np.nan)
-    return pd.DataFrame(
+    return Columns(
         {
             "request_id": np.arange(n, dtype=np.int64),
             "arrival_s": arrival,
@@ -84,7 +87,7 @@ def build_requests(
             "queue_delay_s": first_scheduled - arrival,
             "num_preemptions": num_preemptions,
             "num_cached_tokens": num_cached_tokens,
-            "status": pd.Categorical(status, categories=["finished", "rejected"]),
+            "status": status,
         },
-        columns=REQUEST_COLUMNS,
+        categories={"status": STATUSES},
     )

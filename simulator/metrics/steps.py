@@ -4,9 +4,12 @@ aggregates the summary needs, so the table itself may be streamed to disk."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 STEP_COLUMNS = [
     "step",
@@ -61,6 +64,8 @@ def step_columns(
 
 def frame_of(cols: dict[str, np.ndarray]) -> pd.DataFrame:
     """The step table's rows as a frame, from ``step_columns``."""
+    import pandas as pd
+
     # the columns may be views; the frame copies them once, into its blocks (copying each
     # column first as well took twice as long)
     return pd.DataFrame(cols, columns=STEP_COLUMNS, copy=True)

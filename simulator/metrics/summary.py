@@ -4,16 +4,30 @@ request table, the step aggregates and the ITL distribution (definitions: docs/m
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from simulator.metrics.columns import Columns
 from simulator.metrics.distribution import Distribution
 from simulator.metrics.steps import StepStats
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+    RequestTable = pd.DataFrame | Columns
+    """The request table as a frame or as its columns (``build_requests``)."""
+
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e", "queue_delay")
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
+_DONE_COLUMNS = (
+    "request_id",
+    "prompt_len",
+    "output_len",
+    "num_cached_tokens",
+    *(f"{m}_s" for m in LATENCY_METRICS if m != "itl"),
+)
+"""What the summary reads of the finished requests."""
 
 
 def percentile_key(metric: str, p: float) -> str:
@@ -21,14 +35,14 @@ def percentile_key(metric: str, p: float) -> str:
     return f"{metric}_p{p:g}_s"
 
 
-def meets_slo(requests: pd.DataFrame, slo: dict[str, float | None]) -> np.ndarray:
+def meets_slo(requests: RequestTable, slo: dict[str, float | None]) -> np.ndarray:
     """Per request: finished and within every SLO given (TPOT is vacuous for 1-token outputs)."""
-    ok = np.array(requests["status"] == "finished", dtype=bool)
+    ok = np.asarray(requests["status"]) == "finished"
     for metric in ("ttft", "tpot", "e2e"):
         limit = slo.get(f"{metric}_ms")
         if limit is None:
             continue
-        values = requests[f"{metric}_s"].to_numpy() * 1000.0
+        values = np.asarray(requests[f"{metric}_s"]) * 1000.0
         within = values <= limit
         if metric == "tpot":
             within |= np.isnan(values)
@@ -45,7 +59,7 @@ def _stats(prefix: str, dist: Distribution, percentiles: Sequence[float]) -> dic
 
 
 def _tier_rates(
-    done: pd.DataFrame, in_tokens: int, tier_hits: dict[int, list[int]]
+    done: dict[str, np.ndarray], in_tokens: int, tier_hits: dict[int, list[int]]
 ) -> dict[str, float]:
     """The prefix-cache hit rate split by where the hit was: GPU KV, the replica's CPU tier,
     the fleet's shared tier (their sum is ``prefix_cache_hit_rate``)."""
@@ -67,7 +81,7 @@ def _tier_rates(
 
 
 def summarize(
-    requests: pd.DataFrame,
+    requests: RequestTable,
     steps: StepStats,
     itl: Distribution,
     slo: dict[str, float | None] | None,
@@ -77,7 +91,8 @@ def summarize(
     """The flat summary: counts, throughputs, KV use and latency percentiles; ``tier_hits``
     gives, per request that loaded KV from the tiers below the GPU's, the prompt tokens each
     tier (cpu, shared) served (``Recorder.tier_hits``)."""
-    done = requests[requests["status"] == "finished"]
+    finished = np.asarray(requests["status"]) == "finished"
+    done = {name: np.asarray(requests[name])[finished] for name in _DONE_COLUMNS}
     duration = steps.end_s
     per_s = (lambda x: float(x) / duration) if duration > 0 else (lambda x: float("nan"))
     out_tokens = int(done["output_len"].sum())
@@ -88,9 +103,9 @@ def summarize(
         "num_requests": len(requests),
         "num_rejected": rejected,
         "rejected_share": rejected / len(requests) if len(requests) else float("nan"),
-        "num_finished": len(done),
+        "num_finished": int(finished.sum()),
         "duration_s": duration,
-        "request_throughput": per_s(len(done)),
+        "request_throughput": per_s(finished.sum()),
         "output_token_throughput": per_s(out_tokens),
         "total_token_throughput": per_s(out_tokens + in_tokens),
         "num_preemptions": steps.num_preemptions,
@@ -109,7 +124,7 @@ def summarize(
     for metric in LATENCY_METRICS:
         dist = itl
         if metric != "itl":
-            values = done[f"{metric}_s"].to_numpy(dtype=np.float64)
+            values = done[f"{metric}_s"].astype(np.float64, copy=False)
             dist = Distribution(exact_limit=len(values))
             dist.add(values[~np.isnan(values)])
         summary.update(_stats(metric, dist, percentiles))

@@ -6,15 +6,18 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.config import dump_scenario
 from simulator.engine.result import SimulationResult
 from simulator.engine.step_sink import MemorySink
+from simulator.metrics import Columns
 from simulator.results.reader import SWEEP_META
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SWEEP_FILE = "sweep.parquet"
 """A sweep folder's table: one row per grid point."""
@@ -55,6 +58,16 @@ def _write_files(folder: Path, table: tuple[str, pd.DataFrame], texts: dict[str,
         (folder / file).write_text(text)
 
 
+def write_table(table: pd.DataFrame | Columns, path: Path) -> None:
+    """One table as a parquet file (held as columns, written through Arrow, not pandas)."""
+    if isinstance(table, Columns):
+        import pyarrow.parquet as pq
+
+        pq.write_table(table.arrow(), path)
+    else:
+        table.to_parquet(path, index=False)
+
+
 def write_result(
     result: SimulationResult, folder: Path, plots: bool = True, fmt: str = "png"
 ) -> None:
@@ -62,14 +75,14 @@ def write_result(
 
     In summary.json an undefined figure (NaN: no finished request, no 2-token output) is
     ``null``."""
-    result.requests.to_parquet(folder / "requests.parquet", index=False)
+    write_table(result.request_table, folder / "requests.parquet")
     if result.steps is not None:  # else streamed to the folder as the run went, or not kept
         result.steps.to_parquet(folder / "steps.parquet", index=False)
     if result.replicas is not None:
         result.replicas.to_parquet(folder / "replicas.parquet", index=False)
     for name, table in result.tables.items():
         table.to_parquet(folder / f"{name}.parquet", index=False)
-    if len(result.rejected):
+    if len(result.rejected_table):
         result.rejected.to_csv(folder / "rejected.csv", index=False)
     summary = dict(result.summary)
     summary["wall_time_s"] = result.extras.get("wall_time_s")
@@ -89,7 +102,7 @@ def write_result(
             steps = path if path.exists() else MemorySink().close()
         slo = getattr(result.scenario, "slo", None)  # a scenario without an SLO: None
         save_run_plots(result.requests, steps, folder / "plots", fmt=fmt, slo_ms=slo_ms(slo))
-        if result.replicas is not None and isinstance(steps, pd.DataFrame) and "replica" in steps:
+        if result.replicas is not None and not isinstance(steps, Path) and "replica" in steps:
             from simulator.plots.cluster import save_cluster_plots
 
             save_cluster_plots(result.requests, steps, folder / "plots", fmt=fmt)
@@ -136,6 +149,8 @@ def write_capacity(
     """Write a capacity search's ``capacity.json`` (strict JSON), its probes as a table,
     its base scenario and its figure into ``folder``."""
     texts = {CAPACITY_FILE: _strict_json(found), "scenario.yaml": scenario_yaml}
+    import pandas as pd
+
     _write_files(folder, ("probes.parquet", pd.DataFrame(found["probes"])), texts)
     if plots:
         from simulator.plots.capacity import save_capacity_plot

@@ -9,12 +9,15 @@ import io
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simulator.errors import InputError
 from simulator.workload.inputs import existing_file
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Where pandas' C parser says a malformed record is: "line N" (1-based record, header = 1)
 # or "row N" (0-based record); records, not physical lines, so only used as a fallback.
@@ -82,6 +85,8 @@ class CsvTable(Where):
 
     def numbers(self, column: str) -> np.ndarray:
         """A column as finite float64; InputError on the first missing or unparsable cell."""
+        import pandas as pd
+
         raw = self.frame[column]
         parsed = pd.to_numeric(raw.str.strip(), errors="coerce").to_numpy(dtype=np.float64)
         bad = ~np.isfinite(parsed)
@@ -96,6 +101,8 @@ class CsvTable(Where):
 
     def timestamps(self, column: str) -> np.ndarray:
         """Wall-clock timestamps as float64 seconds since the earliest row."""
+        import pandas as pd
+
         raw = self.frame[column]
         # ISO 8601 covers Azure's 7 fractional digits (pandas keeps up to 9) and rows printed
         # without a fraction; utc=True makes mixed offsets comparable (naive times count as UTC).
@@ -122,6 +129,8 @@ class CsvTable(Where):
 
 def _read_records(data: bytes, name: str) -> pd.DataFrame:
     """Every CSV record as strings (the header is record 0), blank lines kept as all-NaN."""
+    import pandas as pd
+
     try:
         # pandas drops a UTF-8 byte-order mark and accepts LF, CRLF and CR line endings.
         return pd.read_csv(
