@@ -249,3 +249,28 @@ def test_a_parquet_sink_fed_columns_writes_what_it_writes_fed_frames(tmp_path: P
     schema = pq.read_schema(tmp_path / "p.parquet").remove_metadata()
     assert schema.equals(pq.read_schema(tmp_path / "c.parquet"))
     assert vars(frame_stats) == vars(column_stats)
+
+
+def test_weighted_percentiles_are_numpys_of_the_repeated_values_bit_for_bit() -> None:
+    """Percentiles of values standing for several copies each equal ``np.percentile`` of the
+    values repeated, exactly: continuous, rounded (ties) and integer values, zero weights,
+    the 0th and 100th percentiles, one value; and NaN for all when a counted value is NaN."""
+    from simulator.metrics.distribution import weighted_percentiles
+
+    rng = np.random.default_rng(7)
+    for trial in range(600):
+        n = int(rng.integers(1, 40))
+        values = rng.random(n) * 10.0 ** int(rng.integers(-4, 3))
+        if trial % 3 == 1:
+            values = np.round(values, 2)
+        elif trial % 3 == 2:
+            values = rng.integers(0, 4, n).astype(np.float64)
+        weights = rng.integers(0, 4, n)
+        weights[rng.integers(n)] += 1
+        qs = [0.0, 50.0, 90.0, 99.0, 99.9, 100.0, float(rng.random() * 100)]
+        want = np.percentile(np.repeat(values, weights), qs)
+        assert np.array_equal(weighted_percentiles(values, weights, qs), want), trial
+    values, weights = np.array([1.0, np.nan, 2.0]), np.array([1, 1, 1])
+    assert np.isnan(weighted_percentiles(values, weights, [50.0, 99.0])).all()
+    weights[1] = 0  # an uncounted NaN counts for nothing
+    assert weighted_percentiles(values, weights, [50.0]).tolist() == [1.5]

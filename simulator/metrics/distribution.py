@@ -122,11 +122,40 @@ class Distribution:
         if not self.count:
             return [float("nan")] * len(qs)
         if self._sketch is None:
-            values = np.repeat(np.concatenate(self._values), np.concatenate(self._weights))
-            return [float(v) for v in np.percentile(values, qs)]
+            values, weights = np.concatenate(self._values), np.concatenate(self._weights)
+            return [float(v) for v in weighted_percentiles(values, weights, qs)]
         h = (self.count - 1) * np.asarray(qs, dtype=float) / 100.0
         lo = np.floor(h)
         hi = np.minimum(lo + 1, self.count - 1)
         x_lo = self._sketch.value_at_ranks(lo.astype(np.int64))
         x_hi = self._sketch.value_at_ranks(hi.astype(np.int64))
         return [float(v) for v in x_lo + (h - lo) * (x_hi - x_lo)]
+
+
+def weighted_percentiles(
+    values: np.ndarray, weights: np.ndarray, qs: Sequence[float]
+) -> np.ndarray:
+    """``np.percentile(np.repeat(values, weights), qs)``, bit for bit, without repeating: the
+    ITL gaps of 10,000 requests are 22,000 values standing for 2.5 million (repeating and
+    partitioning them took 27 ms, and ``np.percentile`` imports ``numpy.ma``, 14 ms more).
+
+    The same arithmetic as numpy's default method: rank ``(n - 1) q``, its floor and the next
+    order statistic, and numpy's two-sided interpolation between them."""
+    live = weights > 0
+    if np.isnan(values[live]).any():  # numpy's answer when any value is NaN
+        return np.full(len(qs), np.nan)
+    order = np.argsort(values, kind="stable")
+    sorted_values, cum = values[order], np.cumsum(weights[order])
+    n = int(cum[-1])
+    virtual = (n - 1) * np.true_divide(np.asarray(qs, dtype=np.float64), 100)
+    below = np.floor(virtual)
+    below[virtual >= n - 1] = -1  # numpy: the last value for both neighbours
+    lo = below.astype(np.intp)
+    hi = np.where(lo < 0, -1, lo + 1)
+    gamma = virtual - lo
+    a = sorted_values[np.searchsorted(cum, np.where(lo < 0, n - 1, lo), side="right")]
+    b = sorted_values[np.searchsorted(cum, np.where(hi < 0, n - 1, hi), side="right")]
+    diff = b - a
+    out = a + diff * gamma
+    np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5)
+    return out
