@@ -107,18 +107,18 @@ def _merged_stats(stats: list[StepStats]) -> StepStats:
 def _steps(replicas: list[Replica]) -> pd.DataFrame | None:
     """Every replica's steps with a ``replica`` column, in order of start (None if kept by
     none: ``steps: none``)."""
-    frames = []
+    parts = []
     for r in replicas:
-        steps = r.server.recorder.close()
-        if steps is not None:
-            frames.append(steps.assign(replica=np.full(len(steps), r.index, dtype=np.int64)))
-    if not frames:
+        cols = r.server.recorder.close_columns()
+        if cols is not None:
+            parts.append({**cols, "replica": np.full(len(cols["step"]), r.index, np.int64)})
+    if not parts:
         return None
-    steps = pd.concat(frames, ignore_index=True)
-    order = np.lexsort((steps["replica"].to_numpy(), steps["start_s"].to_numpy()))
-    steps = steps.iloc[order].reset_index(drop=True)
-    steps["step"] = np.arange(len(steps), dtype=np.int64)
-    return steps
+    merged = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+    order = np.lexsort((merged["replica"], merged["start_s"]))
+    steps = {name: values[order] for name, values in merged.items()}
+    steps["step"] = np.arange(len(order), dtype=np.int64)
+    return pd.DataFrame(steps, copy=False)
 
 
 def cluster_result(

@@ -286,7 +286,15 @@ class Recorder:
 
     def close(self) -> pd.DataFrame | None:
         """Flush what is buffered; the step table if the sink keeps it in memory."""
+        self._flush()
+        return self._sink.close()
+
+    def close_columns(self) -> dict[str, np.ndarray] | None:
+        """``close()``, the step table as its columns."""
+        self._flush()
+        return self._sink.close_columns()
+
+    def _flush(self) -> None:
         if self._settled is None:  # else its rows have gone already (``settle``)
             self._steps.flush(whole=True)
         self._flush_gaps()
-        return self._sink.close()

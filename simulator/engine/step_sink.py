@@ -39,27 +39,44 @@ class StepSink(ABC):
     def close(self) -> pd.DataFrame | None:
         """No more rows: the table, if this sink keeps it in memory."""
 
+    def close_columns(self) -> dict[str, np.ndarray] | None:
+        """``close()``, the table as its columns (a cluster merges its replicas' so)."""
+        frame = self.close()
+        return None if frame is None else {c: frame[c].to_numpy() for c in frame.columns}
+
 
 class MemorySink(StepSink):
     """Keeps every chunk; ``close()`` returns the whole table."""
 
     def __init__(self) -> None:
-        self._chunks: list[pd.DataFrame] = []
+        # columns, not frames: a frame per chunk and their concatenation cost more than
+        # the rows' own arrays (a 64-replica cluster merged its steps in 0.3 s through pandas)
+        self._chunks: list[dict[str, np.ndarray]] = []
 
     def write(self, chunk: pd.DataFrame) -> None:
         """Keep the rows."""
         if len(chunk):
-            self._chunks.append(chunk)
+            self._chunks.append({c: chunk[c].to_numpy(copy=True) for c in chunk.columns})
+
+    def write_columns(self, cols: dict[str, np.ndarray]) -> None:
+        """Keep the rows (copies: the columns may be views of reused buffers)."""
+        if len(cols["step"]):
+            self._chunks.append({name: values.copy() for name, values in cols.items()})
+
+    def close_columns(self) -> dict[str, np.ndarray]:
+        """The step table as its columns (float64 and empty when no step ran)."""
+        chunks = self._chunks
+        if not chunks:
+            return {c: np.zeros(0) for c in STEP_COLUMNS}
+        if len(chunks) == 1:
+            return chunks[0]
+        return {name: np.concatenate([c[name] for c in chunks]) for name in chunks[0]}
 
     def close(self) -> pd.DataFrame:
         """The step table (with its columns even when no step ran)."""
         import pandas as pd
 
-        if not self._chunks:
-            return pd.DataFrame({c: pd.Series(dtype="float64") for c in STEP_COLUMNS})
-        if len(self._chunks) == 1:
-            return self._chunks[0]
-        return pd.concat(self._chunks, ignore_index=True)
+        return pd.DataFrame(self.close_columns(), copy=False)
 
 
 class ParquetSink(StepSink):
@@ -122,6 +139,10 @@ class SampledSink(StepSink):
     def close(self) -> pd.DataFrame | None:
         """Close the inner sink."""
         return self.inner.close()
+
+    def close_columns(self) -> dict[str, np.ndarray] | None:
+        """Close the inner sink, its table as columns."""
+        return self.inner.close_columns()
 
 
 class NullSink(StepSink):
