@@ -21,21 +21,24 @@ print(code, *sorted(m for m in heavy if m in sys.modules))
 """
 
 
-def test_run_without_plots_imports_neither_matplotlib_nor_scipy(tmp_path: Path) -> None:
-    """A fresh process runs the quickstart scenario (10 requests) without plots, its output
-    not a terminal, and none of matplotlib, scipy, pooch, requests, pandas or tqdm is
-    imported."""
+def probe(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh process, given the quickstart scenario cut to 10 requests and an
+    output folder as its two arguments, its output not a terminal."""
     scenario = yaml.safe_load((HERE / "scenarios" / "quickstart.yaml").read_text())
     scenario["workload"]["num_requests"] = 10
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE, str(path), str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=HERE,
-    ).stdout.splitlines()
+    args = [sys.executable, "-c", code, str(path), str(tmp_path / "out")]
+    return subprocess.run(args, capture_output=True, text=True, cwd=HERE)
+
+
+def test_run_without_plots_imports_neither_matplotlib_nor_scipy(tmp_path: Path) -> None:
+    """A fresh process runs the quickstart scenario (10 requests) without plots, its output
+    not a terminal, and none of matplotlib, scipy, pooch, requests, pandas or tqdm is
+    imported."""
+    done = probe(PROBE, tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
     assert out[-1] == "0"  # exit 0, and nothing heavy after it
     assert (tmp_path / "out" / "requests.parquet").exists()
 
@@ -52,15 +55,6 @@ entry()
 def test_the_command_freezes_what_is_left_before_the_interpreter_exits(tmp_path: Path) -> None:
     """``servesim`` freezes the objects left out of the garbage collector before it exits (the
     exit's full collection over them was a tenth of a small run), with its exit code kept."""
-    scenario = yaml.safe_load((HERE / "scenarios" / "quickstart.yaml").read_text())
-    scenario["workload"]["num_requests"] = 10
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(scenario))
-    done = subprocess.run(
-        [sys.executable, "-c", EXIT_PROBE, str(path), str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        cwd=HERE,
-    )
+    done = probe(EXIT_PROBE, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "frozen True"
