@@ -20,7 +20,7 @@ from simulator.scheduling.config import SchedulerConfig
 from simulator.scheduling.spec_config import SpeculativeConfig
 from simulator.strict_types import find_loose_scalar
 from simulator.workload.config import WorkloadConfig
-from simulator.yaml_file import read_yaml_file
+from simulator.yaml_file import parse_yaml, read_yaml_file
 
 
 class SLOConfig(BaseModel):
@@ -126,7 +126,7 @@ class ScenarioConfig(BaseModel):
 def parse_value(text: str) -> Any:
     """A ``--set`` value: YAML scalars and lists (``3``, ``0.5``, ``true``, ``[1, 2]``, ``abc``)."""
     try:
-        return yaml.safe_load(text)
+        return parse_yaml(text)
     except yaml.YAMLError:
         return text
 

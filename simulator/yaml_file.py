@@ -1,8 +1,11 @@
 """Reading the YAML files users write (scenarios, presets): UTF-8 only, and a key given twice in
-one mapping is an error naming the line, where PyYAML would silently keep the last one."""
+one mapping is an error naming the line, where PyYAML would silently keep the last one; a
+number in exponent notation (``1e6``, ``2.5e3``) is a number, as YAML 1.2 reads it, where
+PyYAML (YAML 1.1: a dot and a signed exponent) would read the string "1e6"."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,20 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# YAML 1.2's floats with an exponent that YAML 1.1 lacks: no dot, or no sign (``1e6``, ``2.5e3``)
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    """A YAML document given as text, read as a scenario file is (``yaml.YAMLError`` if it is
+    not YAML)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a safe loader)
+
+
 def read_yaml_file(path: str | Path) -> Any:
     """The YAML document in ``path``, or an InputError ``FILE[:LINE]: reason``."""
     p = Path(path)
@@ -47,7 +64,7 @@ def read_yaml_file(path: str | Path) -> Any:
         line = raw[: err.start].count(b"\n") + 1
         raise InputError(f"{p}:{line}: not UTF-8 text (byte {raw[err.start]:#04x})") from None
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a safe loader)
+        return parse_yaml(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""

@@ -142,6 +142,32 @@ def test_a_key_given_twice_is_an_error_with_its_lines(tmp_path: Path) -> None:
         load_scenario(path)
 
 
+def test_numbers_in_exponent_notation_are_numbers(tmp_path: Path) -> None:
+    """``1e3`` and ``2.5e1`` are numbers, as YAML 1.2 and every user read them (PyYAML alone
+    read them as strings, and a count of ``1e3`` was "unable to parse string as an integer"),
+    also in ``--set``; a quoted one stays a string, and a fractional count is still refused."""
+    from simulator.config import parse_overrides
+
+    text = QUICKSTART.read_text()
+    data = yaml.safe_load(text)
+    assert data["workload"]["num_requests"] != 1000
+    data["workload"]["num_requests"] = "__COUNT__"
+    data["workload"]["arrival"]["rate"] = "__RATE__"
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(data).replace("__COUNT__", "1e3").replace("__RATE__", "2.5e1"))
+    cfg = load_scenario(path)
+    assert cfg.workload.num_requests == 1000 and cfg.workload.arrival.rate == 25.0
+    assert parse_overrides(["a=2e1", "b=-1.5E-2", "c='1e3'", "d=1e3x"]) == {
+        "a": 20.0,
+        "b": -0.015,
+        "c": "1e3",
+        "d": "1e3x",
+    }
+    path.write_text(path.read_text().replace("num_requests: 1e3", "num_requests: 1e-3"))
+    with pytest.raises(InputError, match="workload.num_requests"):
+        load_scenario(path)
+
+
 def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "latin1.yaml"
     path.write_bytes("name: caf\u00e9\n".encode("latin-1"))
