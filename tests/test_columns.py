@@ -75,5 +75,6 @@ def test_a_run_holds_its_requests_as_columns_until_read(tmp_path: Path) -> None:
     write_table(result.request_table, tmp_path / "requests.parquet")
     frame = result.requests
     assert (frame["status"] == "rejected").any() and len(result.rejected) > 0
+    assert result.rejected.dtypes.to_dict() == {"request_id": np.int64, "reason": object}
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "requests.parquet"), frame)
     assert result.requests is frame  # made once

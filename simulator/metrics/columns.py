@@ -50,15 +50,18 @@ class Columns:
         return iter(self.data)
 
     def frame(self) -> pd.DataFrame:
-        """The table as a pandas frame (a categorical column as ``pd.Categorical``)."""
+        """The table as a pandas frame (a categorical column as ``pd.Categorical``, a column of
+        Python objects as ``object``)."""
         import pandas as pd
 
-        data = {
-            name: pd.Categorical(values, categories=list(self.categories[name]))
-            if name in self.categories
-            else values
-            for name, values in self.data.items()
-        }
+        data: dict[str, object] = {}
+        for name, values in self.data.items():
+            if name in self.categories:
+                data[name] = pd.Categorical(values, categories=list(self.categories[name]))
+            elif values.dtype == object:  # kept as objects: pandas would infer its own str
+                data[name] = pd.Series(values, dtype=object)
+            else:
+                data[name] = values
         return pd.DataFrame(data, columns=list(self.data))
 
     def arrow(self) -> pa.Table:
