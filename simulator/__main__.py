@@ -1,5 +1,5 @@
 """``python -m simulator`` is the ``servesim`` command."""
 
-from simulator.cli import entry
+from simulator.command import entry
 
 entry()

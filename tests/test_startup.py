@@ -58,3 +58,34 @@ def test_the_command_freezes_what_is_left_before_the_interpreter_exits(tmp_path:
     done = probe(EXIT_PROBE, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "frozen True"
+
+
+LIBRARY_PROBE = """
+import os
+os.environ.pop("OPENBLAS_NUM_THREADS", None)
+import simulator.cli
+print("library", os.environ.get("OPENBLAS_NUM_THREADS"))
+"""
+
+COMMAND_PROBE = """
+import atexit, os, sys
+os.environ.pop("OPENBLAS_NUM_THREADS", None)
+from simulator.command import entry
+print("numpy loaded before the command", "numpy" in sys.modules)
+atexit.register(lambda: print("command", os.environ.get("OPENBLAS_NUM_THREADS")))
+sys.argv = ["servesim", "run", sys.argv[1], "--out", sys.argv[2], "--no-plots"]
+entry()
+"""
+
+
+def test_only_the_command_asks_for_one_blas_thread(tmp_path: Path) -> None:
+    """The ``servesim`` command sets ``OPENBLAS_NUM_THREADS=1`` before numpy loads (OpenBLAS
+    reads it then); a program that imports the CLI as a library is left as it was."""
+    library = probe(LIBRARY_PROBE, tmp_path)
+    assert library.returncode == 0, library.stderr
+    assert library.stdout.splitlines() == ["library None"]
+    command = probe(COMMAND_PROBE, tmp_path)
+    assert command.returncode == 0, command.stderr
+    lines = command.stdout.splitlines()
+    assert lines[0] == "numpy loaded before the command False"
+    assert lines[-1] == "command 1"

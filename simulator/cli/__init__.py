@@ -15,7 +15,6 @@ import sys
 from collections.abc import Sequence
 
 from simulator.cli import (
-    blas_threads,  # noqa: F401  (first: it must run before numpy is imported)
     calibrate,
     capacity,
     check_scheduler,
