@@ -45,6 +45,16 @@ def test_columns_write_what_pandas_writes_of_their_frame(tmp_path: Path, status:
         assert list(ours["status"].cat.categories) == ["finished", "rejected"]
 
 
+def test_flags_and_text_columns_are_written_too(tmp_path: Path) -> None:
+    """A column that is neither a number nor categorical (flags, text) goes through
+    pyarrow's own conversion and reads back as pandas writes it."""
+    cols = Columns({"ok": np.array([True, False]), "why": np.array(["a", "b"], dtype=object)})
+    write_table(cols, tmp_path / "c.parquet")
+    cols.frame().to_parquet(tmp_path / "p.parquet", index=False)
+    ours, pandas = pd.read_parquet(tmp_path / "c.parquet"), pd.read_parquet(tmp_path / "p.parquet")
+    pd.testing.assert_frame_equal(ours, pandas, check_exact=True)
+
+
 def test_a_value_outside_the_categories_is_refused() -> None:
     """A status no category names is an error, not a missing value in the file."""
     with pytest.raises(ValueError, match="status"):

@@ -90,11 +90,11 @@ class Columns:
 
 
 def arrow_array(values: np.ndarray) -> pa.Array:
-    """A numeric numpy column as an Arrow array (NaN stays a value, as ``pa.array`` keeps it)."""
+    """A numpy column as an Arrow array (NaN stays a value, as ``pa.array`` keeps it)."""
     import pyarrow as pa
 
-    if values.dtype.kind not in "iuf":
-        raise TypeError(f"not a numeric column: {values.dtype}")
+    if values.dtype.kind not in "iuf":  # flags, text: through pyarrow's own conversion
+        return pa.array(values)
     values = np.ascontiguousarray(values)
     kind = pa.from_numpy_dtype(values.dtype)
     return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
