@@ -5,7 +5,7 @@ never imports pandas: that import was 0.2 s of CPU, a third of a 10,000-request 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,14 +40,6 @@ class Columns:
     def __setitem__(self, name: str, values: np.ndarray) -> None:
         """Add (at the end) or replace a column."""
         self.data[name] = values
-
-    def __contains__(self, name: object) -> bool:
-        """Whether the table has this column."""
-        return name in self.data
-
-    def __iter__(self) -> Iterator[str]:
-        """The column names, in order."""
-        return iter(self.data)
 
     def frame(self) -> pd.DataFrame:
         """The table as a pandas frame (a categorical column as ``pd.Categorical``, a column of
