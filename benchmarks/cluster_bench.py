@@ -16,6 +16,11 @@ best of ``--repeat``.
 Run by hand: ``.venv/bin/python benchmarks/cluster_bench.py [--repeat 3] [--replicas 1 4 16 64]
 [--routers round_robin least_outstanding ...]``.
 
+``--floors``: for each router, also the same routing decisions replayed by a router that
+reads no state (so nothing is decided during the run), once with the replicas interleaved on
+one clock and once apart (each on its own, as ``round_robin``'s are): how much of a
+state-reading router's cost is interleaving 64 replicas at all, whatever the router does.
+
 ``--day ROUTER [--day-requests N]``: instead, a simulated day through an autoscaled fleet
 (``day_scenario``: the issue workload's lengths and step times, 5 million requests arriving
 at a diurnal rate from 16 to 100 req/s, a target-utilization policy that may grow it to 64 at
@@ -82,6 +87,40 @@ def time_shares(cfg: dict[str, Any], replica: np.ndarray) -> float:
         sim.run()
         total += time.process_time() - start
     return total
+
+
+def replayed_router(assigned: np.ndarray) -> type:
+    """A router that reads no state and sends request ``i`` to replica ``assigned[i]``."""
+    from simulator.cluster.router import Request, Router
+
+    class Replayed(Router):
+        reads_state = False
+
+        def choose(self, request: Request, replicas: Any) -> Any:
+            return replicas[assigned[request.index]]
+
+    return Replayed
+
+
+def time_replayed(cfg: dict[str, Any], assigned: np.ndarray, interleaved: bool) -> float:
+    """CPU time of the cluster run with ``assigned`` replayed up front (``replayed_router``),
+    its replicas interleaved on one clock or apart; checks that the decisions held."""
+    from simulator.cluster.cluster import Cluster
+    from simulator.cluster.routers import ROUTERS
+    from simulator.cluster_scenario import build_cluster
+    from simulator.runner import build, resolve
+
+    ROUTERS["replayed"] = replayed_router(assigned)
+    resolved = resolve({**cfg, "cluster": {**cfg["cluster"], "router": "replayed"}})
+    workload, _ = build(resolved)
+    cluster = build_cluster(resolved, workload, None, None, True)
+    if interleaved:  # the same cluster, told not to run its replicas apart
+        cluster = Cluster(**cluster._args, apart=False)
+    start = time.process_time()
+    result = cluster.run()
+    cpu = time.process_time() - start
+    assert (result.requests["replica"].to_numpy() == assigned).all()
+    return cpu
 
 
 DAY_S = 86_400.0
@@ -154,6 +193,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--replicas", type=int, nargs="*", default=[1, 4, 16, 64])
     parser.add_argument("--routers", nargs="*", default=["round_robin", "least_outstanding"])
+    parser.add_argument("--floors", action="store_true")
     parser.add_argument("--day", metavar="ROUTER", default=None)
     parser.add_argument("--day-requests", type=int, default=DAY_REQUESTS)
     args = parser.parse_args()
@@ -161,10 +201,11 @@ def main() -> None:
         print("router | requests | simulated | steps | peak | mean live | CPU | wall | peak RSS")
         run_day(args.day, args.day_requests)
         return
-    print("replicas | router | steps | cluster s | sum of its shares s | ratio")
+    floors = " | replayed, interleaved s | replayed, apart s" if args.floors else ""
+    print(f"replicas | router | steps | cluster s{floors} | sum of its shares s | ratio")
     for n in args.replicas:
         for router in args.routers:
-            best = {"cluster": np.inf, "shares": np.inf}
+            best = {"cluster": np.inf, "interleaved": np.inf, "apart": np.inf, "shares": np.inf}
             steps = 0
             for _ in range(args.repeat):  # cluster and its shares alternate
                 cpu, result = time_cluster(scenario(n, router))
@@ -172,9 +213,15 @@ def main() -> None:
                 steps = len(result.steps)
                 # each replica's share of this router's run, simulated alone
                 replica = result.requests["replica"].to_numpy()
+                if args.floors:
+                    for mode in ("interleaved", "apart"):
+                        cpu = time_replayed(scenario(n, router), replica, mode == "interleaved")
+                        best[mode] = min(best[mode], cpu)
                 best["shares"] = min(best["shares"], time_shares(scenario(n, router), replica))
+            shown = ["cluster", "interleaved", "apart"] if args.floors else ["cluster"]
+            cells = " | ".join(f"{best[k]:.2f}" for k in shown)
             print(
-                f"{n} | {router} | {steps:,} | {best['cluster']:.2f} | {best['shares']:.2f} | "
+                f"{n} | {router} | {steps:,} | {cells} | {best['shares']:.2f} | "
                 f"{best['cluster'] / best['shares']:.2f}x",
                 flush=True,
             )
