@@ -17,20 +17,19 @@ from simulator.errors import InputError, in_field
 from simulator.scheduling.config import SchedulerConfig
 from simulator.workload.workload import Workload
 
-NumBlocks = Callable[[SchedulerConfig, CostModelConfig, str], int]
+SchedulerFor = Callable[[SchedulerConfig, CostModelConfig, str], SchedulerConfig]
+"""A scheduler config with its budgets and ``num_blocks`` filled in for a cost model's GPUs
+(``runner.scheduler_for``)."""
 
 
 def _resolve_group(
-    group: ReplicaGroup, cfg: ScenarioConfig, field: str, blocks: NumBlocks
+    group: ReplicaGroup, cfg: ScenarioConfig, field: str, fill: SchedulerFor
 ) -> ReplicaGroup:
-    """A group with its own scheduler or GPUs gets its own KV budget."""
+    """A group with its own scheduler or GPUs gets its own budgets and KV blocks."""
     if group.scheduler is None and group.cost_model is None:
         return group  # the scenario's scheduler, resolved with the scenario
-    scheduler = group.scheduler or cfg.scheduler
-    if scheduler.num_blocks is None:
-        cm = group.cost_model or cfg.cost_model
-        num = blocks(scheduler, cm, f"{field}.")
-        scheduler = scheduler.model_copy(update={"num_blocks": num})
+    cm = group.cost_model or cfg.cost_model
+    scheduler = fill(group.scheduler or cfg.scheduler, cm, f"{field}.")
     return group.model_copy(update={"scheduler": scheduler})
 
 
@@ -46,13 +45,14 @@ def kv_bytes_per_token(cm: CostModelConfig, field: str) -> int:
     return in_field(f"{gpus.where}model", load_model, gpus.model).kv_bytes_per_token
 
 
-def resolve_cluster(cfg: ScenarioConfig, blocks: NumBlocks) -> ClusterConfig:
-    """``cfg.cluster`` with every group's ``num_blocks`` and the KV bytes per token filled in."""
+def resolve_cluster(cfg: ScenarioConfig, fill: SchedulerFor) -> ClusterConfig:
+    """``cfg.cluster`` with every group's scheduler (``fill``) and the KV bytes per token
+    filled in."""
     cluster = cfg.cluster
     assert cluster is not None
     if isinstance(cluster.replicas, list):
         groups = [
-            _resolve_group(g, cfg, f"cluster.replicas.{i}", blocks)
+            _resolve_group(g, cfg, f"cluster.replicas.{i}", fill)
             for i, g in enumerate(cluster.replicas)
         ]
         return cluster.model_copy(update={"replicas": groups})
@@ -74,8 +74,8 @@ def resolve_cluster(cfg: ScenarioConfig, blocks: NumBlocks) -> ClusterConfig:
         )
     d = d.model_copy(
         update={
-            "prefill": _resolve_group(d.prefill, cfg, f"{where}.prefill", blocks),
-            "decode": _resolve_group(d.decode, cfg, f"{where}.decode", blocks),
+            "prefill": _resolve_group(d.prefill, cfg, f"{where}.prefill", fill),
+            "decode": _resolve_group(d.decode, cfg, f"{where}.decode", fill),
             "kv_transfer": link,
         }
     )

@@ -83,7 +83,8 @@ def build_dp_simulation(
         for rng in rank_acceptance_rngs(cfg, n)
     ]
     sched = cfg.scheduler
-    sizes = capture_sizes(sched.max_num_seqs, sched.max_num_batched_tokens)
+    max_num_batched_tokens, max_num_seqs = sched.budgets()
+    sizes = capture_sizes(max_num_seqs, max_num_batched_tokens)
     return DataParallelSimulation(
         workload,
         costs,

@@ -96,7 +96,7 @@ def memory_budget(
     ep = getattr(cm, "expert_parallel", 1)
     model = in_field(f"{where}model", lambda m: load_model(m, *dtypes), gpus.model)
     hw = in_field(f"{where}hardware", load_hardware, gpus.hardware)
-    activations = activation_peak_bytes(model, tp, sched.max_num_batched_tokens, sched.max_num_seqs)
+    activations = activation_peak_bytes(model, tp, *sched.budgets())
     kv = sched.num_blocks * sched.block_size * model.kv_bytes_per_token_per_gpu(tp)
     return MemoryBudget(
         model=model.name,

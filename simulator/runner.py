@@ -27,10 +27,24 @@ from simulator.version import __version__
 from simulator.workload import Workload, generate
 
 
-def resolve_num_blocks(cfg: ScenarioConfig) -> int:
-    """``scheduler.num_blocks``, or derived from GPU memory as vLLM sizes its cache (roofline,
-    fitted and profiled cost models name the model and GPUs)."""
-    return num_blocks_for(cfg.scheduler, cfg.cost_model)
+def scheduler_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = "") -> SchedulerConfig:
+    """``sched`` with what it leaves out filled in for the GPUs of ``cm``: the budgets as
+    ``vllm serve`` sets them (``serve_budgets``), then ``num_blocks`` (``num_blocks_for``);
+    ``prefix`` goes before the keys named in errors (a cluster's replica group)."""
+    if sched.max_num_batched_tokens is None or sched.max_num_seqs is None:
+        from simulator.cost.presets import load_hardware, serve_budgets
+
+        gpus = named_gpus(cm, prefix)
+        hw = (
+            None
+            if gpus is None
+            else in_field(f"{gpus.where}hardware", load_hardware, gpus.hardware)
+        )
+        tokens, seqs = serve_budgets(hw, sched.max_num_batched_tokens, sched.max_num_seqs)
+        sched = sched.model_copy(update={"max_num_batched_tokens": tokens, "max_num_seqs": seqs})
+    if sched.num_blocks is None:
+        sched = sched.model_copy(update={"num_blocks": num_blocks_for(sched, cm, prefix)})
+    return sched
 
 
 def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = "") -> int:
@@ -64,7 +78,8 @@ def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = ""
 
 def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioConfig:
     """Accept a ScenarioConfig, a plain dict, or a YAML path, and return it validated, with
-    ``scheduler.num_blocks`` filled in (so the saved scenario says what was simulated)."""
+    the scheduler's budgets and ``num_blocks`` filled in (so the saved scenario says what was
+    simulated)."""
     if isinstance(scenario, ScenarioConfig):
         cfg = scenario
     elif isinstance(scenario, dict):
@@ -78,12 +93,8 @@ def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioC
     if cfg.cluster is not None:
         from simulator.cluster_scenario import resolve_cluster
 
-        cfg = cfg.model_copy(update={"cluster": resolve_cluster(cfg, num_blocks_for)})
-    if cfg.scheduler.num_blocks is None:
-        blocks = resolve_num_blocks(cfg)
-        cfg = cfg.model_copy(
-            update={"scheduler": cfg.scheduler.model_copy(update={"num_blocks": blocks})}
-        )
+        cfg = cfg.model_copy(update={"cluster": resolve_cluster(cfg, scheduler_for)})
+    cfg = cfg.model_copy(update={"scheduler": scheduler_for(cfg.scheduler, cfg.cost_model)})
     if cfg.scheduler.kv_offload is not None or cfg.cluster is not None:
         from simulator.offload_scenario import resolve_offload
 

@@ -176,7 +176,7 @@ class AutoscaledCluster(Cluster):
                 if not np.isnan(avg).any():
                     rows.append(avg)
         values = np.array(rows, dtype=np.float64).reshape(-1, len(GAUGES))
-        seqs = float(self.group.scheduler.max_num_seqs)
+        seqs = float(self.group.scheduler.budgets()[1])
         return MetricsWindow(
             now_s=now,
             start_s=lo,

@@ -171,6 +171,25 @@ def _mlp_transient(m: ModelSpec, tp: int) -> int:
     return max(dense, k * (3 * width // tp + m.hidden_size))
 
 
+GIB = 1 << 30
+"""Bytes in a GiB."""
+
+
+def serve_budgets(
+    hw: HardwareSpec | None, max_num_batched_tokens: int | None, max_num_seqs: int | None
+) -> tuple[int, int]:
+    """``(max_num_batched_tokens, max_num_seqs)`` with those not given set as ``vllm serve``
+    sets them on GPU ``hw`` (vLLM's ``EngineArgs.get_batch_defaults`` and
+    ``_set_default_args``, OpenAI API server context): 8192 tokens and 1024 sequences on a
+    GPU of 70 GiB or more that is not an A100 (large budgets cost an A100 throughput, vLLM
+    PR #17885), else 2048 and 256, which is also vLLM's choice when it cannot read the GPU
+    (``hw`` None); the sequences are never more than the tokens."""
+    large = hw is not None and hw.memory_bytes >= 70 * GIB and "a100" not in hw.name.lower()
+    tokens = max_num_batched_tokens or (8192 if large else 2048)
+    seqs = max_num_seqs or min(1024 if large else 256, tokens)
+    return tokens, seqs
+
+
 def derive_num_blocks(
     model: ModelSpec,
     hw: HardwareSpec,

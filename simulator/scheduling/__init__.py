@@ -53,11 +53,12 @@ def make_scheduler(
             raise ValueError(f"policy {cfg.policy!r} takes no speculative or async scheduling")
         return policy(cfg, sample, sample_many)  # type: ignore[call-arg]
     assert cfg.num_blocks is not None, "resolve the scenario first (num_blocks)"
+    max_num_batched_tokens, max_num_seqs = cfg.budgets()
     scheduler = policy(
         cfg.num_blocks,
         cfg.block_size,
-        cfg.max_num_seqs,
-        cfg.max_num_batched_tokens,
+        max_num_seqs,
+        max_num_batched_tokens,
         sample,
         sample_many=sample_many,
         keep_finished=False,

@@ -29,10 +29,14 @@ class SchedulerConfig(BaseModel):
     """Scheduling policy: ``spec`` (the project's spec, the default), ``vllm-v1`` (vLLM
     0.33's v1 scheduler, step-exact to recorded traces), or a policy class by import path
     (``module:Class``); docs/scheduler.md."""
-    max_num_batched_tokens: int = Field(ge=1)
-    """Token budget of one step, shared by decodes and prefill chunks."""
-    max_num_seqs: int = Field(ge=1)
-    """Most sequences running at once (an admission limit only)."""
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    """Token budget of one step, shared by decodes and prefill chunks; omit it for what
+    ``vllm serve`` sets on the cost model's GPU: 8192 on a GPU of 70 GiB or more that is not
+    an A100, else 2048 (also with a cost model that names no GPU)."""
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    """Most sequences running at once (an admission limit only); omit it for what ``vllm
+    serve`` sets: 1024 on a GPU of 70 GiB or more that is not an A100, else 256, and never
+    more than ``max_num_batched_tokens``."""
     num_blocks: int | None = Field(default=None, ge=1)
     """KV-cache blocks; omit to derive them from GPU memory as vLLM does (needs a roofline,
     fitted or profiled cost model): memory x ``gpu_memory_utilization`` - weights - the
@@ -69,6 +73,13 @@ class SchedulerConfig(BaseModel):
     """KV tiers below the GPU's (a CPU tier; needs prefix caching): blocks the GPU computed
     are kept there, and a prefix found there is loaded back instead of recomputed
     (docs/kv-offload.md). None: none."""
+
+    def budgets(self) -> tuple[int, int]:
+        """``(max_num_batched_tokens, max_num_seqs)`` of a resolved config (``resolve``
+        fills in those left out)."""
+        tokens, seqs = self.max_num_batched_tokens, self.max_num_seqs
+        assert tokens is not None and seqs is not None, "resolve the scenario first (budgets)"
+        return tokens, seqs
 
     @field_validator("policy")
     @classmethod
