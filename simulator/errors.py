@@ -15,6 +15,11 @@ class InputError(ValueError):
     """Bad user input: the message names the file, field or key and the reason, on one line."""
 
 
+class DoesNotFit(InputError):
+    """A deployment whose weights, activations and KV cache exceed its GPUs' memory: one
+    that cannot exist (a search marks it infeasible rather than failed)."""
+
+
 def in_field(field: str, load: Callable[[_A], _T], arg: _A) -> _T:
     """``load(arg)``, an ``InputError`` from it prefixed by the scenario key that named
     ``arg`` (a preset loader knows the name it was given, not which key gave it)."""

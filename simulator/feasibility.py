@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simulator.cost.presets import activation_peak_bytes, load_hardware, load_model
-from simulator.errors import InputError, in_field
+from simulator.errors import DoesNotFit, in_field
 
 if TYPE_CHECKING:
     from simulator.config import ScenarioConfig
@@ -28,10 +28,6 @@ __all__ = [
     "check_scenario_memory",
     "memory_budget",
 ]
-
-
-class DoesNotFit(InputError):
-    """A deployment whose weights, activations and KV cache exceed its GPUs' memory."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from simulator.engine.serving import StepWithCpu
 from simulator.engine.simulation import Simulation
 from simulator.engine.step_sink import make_sink
 from simulator.engine.watch import StopRule
-from simulator.errors import InputError, in_field, warn
+from simulator.errors import DoesNotFit, InputError, in_field, warn
 from simulator.feasibility import check_scenario_memory
 from simulator.scheduling import SchedulerConfig, make_scheduler
 from simulator.version import __version__
@@ -64,16 +64,21 @@ def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = ""
             "and GPUs, such as a linear one (roofline, fitted and profiled models derive it "
             "from GPU memory)"
         )
-    return derive_num_blocks(
-        in_field(f"{gpus.where}model", lambda m: load_model(m, *dtypes), gpus.model),
-        in_field(f"{gpus.where}hardware", load_hardware, gpus.hardware),
-        gpus.tp,
-        sched.block_size,
-        sched.gpu_memory_utilization,
-        max_num_batched_tokens=sched.max_num_batched_tokens,
-        max_num_seqs=sched.max_num_seqs,
-        ep=ep if ep > 1 else None,
-    )
+    model = in_field(f"{gpus.where}model", lambda m: load_model(m, *dtypes), gpus.model)
+    hw = in_field(f"{gpus.where}hardware", load_hardware, gpus.hardware)
+    try:
+        return derive_num_blocks(
+            model,
+            hw,
+            gpus.tp,
+            sched.block_size,
+            sched.gpu_memory_utilization,
+            max_num_batched_tokens=sched.max_num_batched_tokens,
+            max_num_seqs=sched.max_num_seqs,
+            ep=ep if ep > 1 else None,
+        )
+    except DoesNotFit as err:  # derived for a deployment that cannot exist
+        raise DoesNotFit(f"{prefix}scheduler.num_blocks: {err}") from None
 
 
 def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioConfig:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -14,6 +15,7 @@ from simulator.cli import main
 from simulator.config import apply_overrides, validate
 from simulator.cost.hardware_spec import HardwareSpec
 from simulator.cost.presets import GIB, derive_num_blocks, load_hardware, load_model, serve_budgets
+from simulator.errors import DoesNotFit
 from simulator.runner import resolve
 
 
@@ -128,3 +130,28 @@ def test_the_saved_scenario_says_which_budgets_ran(tmp_path: Path) -> None:
     saved = yaml.safe_load((out / "scenario.yaml").read_text())
     assert saved["scheduler"]["max_num_batched_tokens"] == 2048
     assert saved["scheduler"]["max_num_seqs"] == 256
+
+
+def test_a_deployment_left_no_kv_cache_does_not_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Llama-3-70B on 2 x H100: 70.6 GB of weights per GPU and the activations of vLLM's
+    8192-token step leave no KV cache of the 72 GB usable. It cannot exist: ``run`` refuses
+    it in one line, and ``search`` marks it infeasible rather than failed."""
+    raw = _scenario("h100-sxm")
+    raw["cost_model"].update(model="llama-3-70b", tp=2)
+    with pytest.raises(DoesNotFit, match="does not fit on 2 x h100-sxm with any KV cache"):
+        resolve(raw)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    argv = ["search", str(path), "--grid", "cost_model.tp=1,2", "--seeds", "1", "--jobs", "1"]
+    argv += ["--slo", "ttft_p99_ms=1000"]
+    assert main([*argv, "--out", str(tmp_path / "srch")]) == 0  # plots of no point found too
+    table = pd.read_parquet(tmp_path / "srch" / "search.parquet")
+    assert list(table["status"]) == ["infeasible", "infeasible"]
+    assert "3.5 GB activation peak (a step of 8192 tokens)" in table["reason"].iloc[1]
+    capsys.readouterr()
+    assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "scheduler.num_blocks: llama-3-70b does not fit" in err[0]
+    assert not (tmp_path / "run").exists()

@@ -191,7 +191,8 @@ def _scenario_yaml(cfg: Any, args: argparse.Namespace) -> str:
 def search_console_table(table: pd.DataFrame, keys: list[str]) -> str:
     """One row per deployment: its answer and cost, units in the headings; ``*`` marks the
     cheapest that serves the SLO."""
-    unit = str(table["unit"].dropna().iloc[0]) if table["unit"].notna().any() else ""
+    units = table["unit"].dropna().tolist() if "unit" in table else []  # none: none searched
+    unit = str(units[0]) if units else ""
     answer = "replicas" if "replicas" in table else "capacity"
     cols = {  # column -> (heading, scale)
         answer: (answer if answer == "replicas" else f"capacity ({unit})", 1.0),

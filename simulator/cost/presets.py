@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from simulator.cost.hardware_spec import HardwareSpec
 from simulator.cost.hf_config import read_hf_config
 from simulator.cost.model_spec import DTYPE_BYTES, Dtype, ModelSpec
-from simulator.errors import InputError
+from simulator.errors import DoesNotFit, InputError
 from simulator.strict_types import find_loose_scalar
 from simulator.yaml_file import read_yaml_file
 
@@ -219,11 +219,17 @@ def derive_num_blocks(
     if max_num_batched_tokens is not None and max_num_seqs is not None:
         activations = activation_peak_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
     weights = model.weight_bytes_per_gpu(tp, ep)
-    free = hw.memory_bytes * gpu_memory_utilization - weights - activations
-    blocks = math.floor(free / (model.kv_bytes_per_token_per_gpu(tp) * block_size))
+    usable = hw.memory_bytes * gpu_memory_utilization
+    blocks = math.floor(
+        (usable - weights - activations) / (model.kv_bytes_per_token_per_gpu(tp) * block_size)
+    )
     if blocks <= 0:
-        raise InputError(
-            f"model {model.name} ({model.weight_bytes / 1e9:.1f} GB of weights) leaves no room "
-            f"for KV cache on {tp} x {hw.name} at gpu_memory_utilization={gpu_memory_utilization}"
+        step = f"a step of {max_num_batched_tokens} tokens" if activations else "a step"
+        raise DoesNotFit(
+            f"{model.name} does not fit on {tp} x {hw.name} with any KV cache: per GPU "
+            f"{weights / 1e9:,.1f} GB of weights + {activations / 1e9:,.1f} GB activation peak "
+            f"({step}) leave nothing of the {usable / 1e9:.1f} GB that "
+            f"gpu_memory_utilization={gpu_memory_utilization:g} leaves of "
+            f"{hw.memory_bytes / 1e9:.0f} GB"
         )
     return blocks
