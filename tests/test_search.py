@@ -51,11 +51,22 @@ def test_search_prices_each_deployment_and_marks_the_cheapest(
     want = [price[h] * n for h, n in zip(hardware, tp, strict=True)]
     assert list(table["usd_per_hour"]) == pytest.approx(want)
     assert list(table["gpus"]) == list(table["cost_model.tp"])
-    per_token = table["usd_per_hour"] / (table["total_token_throughput"] * 3600) * 1e6
+    # priced on what each serves at its capacity: the measured throughput over the span its
+    # requests arrived in, without the run's final drain (a day at that load has none)
+    per_token = table["usd_per_hour"] / (table["served_token_rate"] * 3600) * 1e6
     assert list(table["usd_per_million_tokens"]) == pytest.approx(list(per_token))
     assert list(table["requests_per_usd"]) == pytest.approx(
-        list(table["request_throughput"] * 3600 / table["usd_per_hour"])
+        list(table["served_request_rate"] * 3600 / table["usd_per_hour"])
     )
+    assert (table["served_request_rate"] > table["request_throughput"]).all()
+    assert (table["served_token_rate"] > table["total_token_throughput"]).all()
+    # every point draws the same 150 Poisson arrivals, scaled to its capacity: served per
+    # second they are that capacity times one factor (1.053 for this sample), whereas the
+    # throughput over each whole run falls short by each deployment's drain (0.78-0.91)
+    ratio = table["served_request_rate"] / table["capacity"]
+    assert np.allclose(ratio, ratio.iloc[0]) and 0.9 < ratio.iloc[0] < 1.15
+    drained = table["request_throughput"] / table["capacity"]
+    assert drained.max() - drained.min() > 0.05
     cheapest = table[table["cheapest"]]
     assert len(cheapest) == 1
     assert cheapest["usd_per_million_tokens"].iloc[0] == table["usd_per_million_tokens"].min()

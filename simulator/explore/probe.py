@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from simulator.config import ScenarioConfig, apply_overrides, validate
 from simulator.errors import InputError
 from simulator.explore.slo import Target
@@ -102,6 +104,10 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
         record.update(meets=not failed, cut_short=None, stopped_at_s=None)
         record["failed_terms"] = failed
         record.update({k: _plain(v) for k, v in result.summary.items()})
+        arrivals = result.requests["arrival_s"].to_numpy()
+        # the steady state's time base: the throughputs count the drain after the last
+        # arrival too, which a deployment serving this load all day does not have
+        record["arrival_span_s"] = float(np.ptp(arrivals)) if len(arrivals) > 1 else None
     record["wall_time_s"] = time.perf_counter() - started
     return record
 

@@ -66,7 +66,31 @@ def _found_row(found: SeededCapacity | Replicas) -> dict[str, Any]:
     runs = found.decisive_runs()
     keys = ("request_throughput", "total_token_throughput", "output_token_throughput",
             "goodput", "slo_attainment", "ttft_p99_s", "tpot_p99_s", "e2e_p99_s")  # fmt: skip
-    return {k: _mean([r.get(k) for r in runs]) for k in keys}
+    row = {k: _mean([r.get(k) for r in runs]) for k in keys}
+    for served, measured in SERVED.items():
+        row[served] = _mean([_served(r, measured) for r in runs])
+    return row
+
+
+SERVED = {
+    "served_request_rate": "request_throughput",
+    "served_token_rate": "total_token_throughput",
+    "served_output_token_rate": "output_token_throughput",
+}
+"""What a deployment serves per second at a load it keeps up with, from the throughput
+measured over the run: what the costs are priced on."""
+
+
+def _served(run: dict[str, Any], measured: str) -> float | None:
+    """``run``'s throughput ``measured`` over the span in which its requests arrived rather
+    than its whole duration: a finite run ends with a drain (the last requests finishing
+    with nothing arriving) that a deployment serving the load all day does not have, and
+    which would price a slow deployment's tail as lost capacity. Requests that all arrive
+    at once (no span) keep the run's throughput, as vLLM's benchmark counts it."""
+    value, duration, span = run.get(measured), run.get("duration_s"), run.get("arrival_span_s")
+    if value is None or not duration or not span or span <= 0:
+        return value
+    return float(value) * duration / span
 
 
 def _mean(values: list[Any]) -> float:
@@ -78,9 +102,9 @@ def _cost_columns(row: dict[str, Any], usd_per_hour: float) -> None:
     """Capacity per dollar and dollars per million tokens at the capacity."""
     hour = 3600.0
     row["usd_per_hour"] = usd_per_hour
-    row["requests_per_usd"] = row["request_throughput"] * hour / usd_per_hour
-    for col, rate in (("usd_per_million_tokens", "total_token_throughput"),
-                      ("usd_per_million_output_tokens", "output_token_throughput")):  # fmt: skip
+    row["requests_per_usd"] = row["served_request_rate"] * hour / usd_per_hour
+    for col, rate in (("usd_per_million_tokens", "served_token_rate"),
+                      ("usd_per_million_output_tokens", "served_output_token_rate")):  # fmt: skip
         row[col] = usd_per_hour / (row[rate] * hour) * 1e6 if row[rate] > 0 else float("nan")
 
 
