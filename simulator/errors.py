@@ -20,6 +20,11 @@ class DoesNotFit(InputError):
     that cannot exist (a search marks it infeasible rather than failed)."""
 
 
+class MissingFile(InputError):
+    """A file a scenario names is not there (or is a folder): a search or sweep refuses it
+    before anything runs rather than failing every point."""
+
+
 def in_field(field: str, load: Callable[[_A], _T], arg: _A) -> _T:
     """``load(arg)``, an ``InputError`` from it prefixed by the scenario key that named
     ``arg`` (a preset loader knows the name it was given, not which key gave it)."""

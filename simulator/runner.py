@@ -24,7 +24,7 @@ from simulator.errors import DoesNotFit, InputError, in_field, warn
 from simulator.feasibility import check_scenario_memory
 from simulator.scheduling import SchedulerConfig, make_scheduler
 from simulator.version import __version__
-from simulator.workload import Workload, generate
+from simulator.workload import Workload, check_input_files, generate
 
 
 def scheduler_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = "") -> SchedulerConfig:
@@ -91,6 +91,7 @@ def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioC
         cfg = validate(scenario, "scenario")
     else:
         cfg = load_scenario(scenario)
+    check_input_files(cfg.workload)
     if cfg.parallel is not None:
         from simulator.dp_scenario import with_expert_parallel
 

@@ -258,3 +258,30 @@ def test_search_says_why_a_point_has_no_capacity(
     assert re.search(r"\d+ rejected", table.loc[40, "reason"]), table.loc[40, "reason"]
     assert table.loc[4000, "status"] == "found" and pd.isna(table.loc[4000, "reason"])
     assert "num_blocks=40: none: seed 0: the SLO is missed even at" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------- input files not there
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["capacity", "--seeds", "1", "--slo", "ttft_p99_ms=500"],
+        ["sweep", "--grid", "workload.trace.time_scale=1,2"],
+        ["search", "--grid", "cost_model.per_token_ms=0.02,0.03", "--seeds", "1"]
+        + ["--gpu-cost", "1", "--slo", "ttft_p99_ms=500"],
+        ["run"],
+    ],
+)
+def test_a_trace_that_is_not_there_is_one_line_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """A capacity search printed a traceback (exit 1) when its probes could not find the
+    trace; a sweep and a search ran every point to a 'failed' row and wrote their folder."""
+    data = {**SMALL, "workload": {"trace": {"path": str(tmp_path / "gone.csv"), "format": "csv"}}}
+    out = tmp_path / "out"
+    command, *rest = argv
+    assert main([command, str(write(tmp_path, data)), *rest, "--out", str(out)]) == 2
+    line = one_error_line(capsys)
+    assert "workload.trace.path:" in line and "gone.csv: file not found" in line
+    assert not out.exists()

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from simulator.errors import InputError
 from simulator.explore.driver import Search, Unit
 from simulator.explore.probe import Load, ProbeSpec, run_probe
 from simulator.explore.slo import Target
@@ -35,6 +36,14 @@ MAX_PROBES = 60
 
 class ProbeFailed(RuntimeError):
     """A probe's simulation raised an error (the search cannot go on)."""
+
+
+def probe_error(err: BaseException) -> Exception:
+    """What a search raises for a probe that raised ``err``: bad input (a trace file that is
+    not there, say) as the user's one line, anything else as ``ProbeFailed``."""
+    text = str(err).strip().splitlines()
+    line = text[0] if text else type(err).__name__
+    return InputError(line) if isinstance(err, InputError) else ProbeFailed(line)
 
 
 @dataclass(frozen=True)
@@ -149,7 +158,7 @@ def capacity_search(
         runs = []
         for done in outcomes:
             if done.error is not None:
-                raise ProbeFailed(str(done.error).strip().splitlines()[0]) from done.error
+                raise probe_error(done.error) from done.error
             runs.append(done.value)
         meets = all(run["meets"] for run in runs)
         found.probes += [{"probe": index, "probe_meets": meets, **run} for run in runs]

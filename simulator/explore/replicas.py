@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.explore.capacity import ProbeFailed
+from simulator.explore.capacity import probe_error
 from simulator.explore.driver import Search, Unit
 from simulator.explore.probe import Load, ProbeSpec, run_probe
 from simulator.explore.slo import Target
@@ -73,7 +73,7 @@ def replicas_search(
         outcomes = yield [Unit(run_probe, (spec,)) for spec in specs]
         if any(o.error is not None for o in outcomes):
             err = next(o.error for o in outcomes if o.error is not None)
-            raise ProbeFailed(str(err).strip().splitlines()[0]) from err
+            raise probe_error(err) from err
         runs = [o.value for o in outcomes]
         meets = all(run["meets"] for run in runs)
         index = len({p["probe"] for p in found.probes})

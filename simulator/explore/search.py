@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.config import ScenarioConfig, apply_overrides, validate
-from simulator.errors import InputError
+from simulator.errors import InputError, MissingFile
 from simulator.explore.driver import Search
 from simulator.explore.estimate import SeededCapacity, seeded_capacity
 from simulator.explore.pricing import cost_per_hour
@@ -23,6 +23,7 @@ from simulator.explore.slo import Target
 from simulator.explore.sweep import GridPoint, grid_points
 from simulator.feasibility import DoesNotFit
 from simulator.runner import resolve
+from simulator.workload import check_input_files
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,12 @@ def check_points(spec: SearchSpec) -> None:
     if asks and REPLICAS_KEY in spec.grid:
         raise InputError(f"--replicas-for: {REPLICAS_KEY} is what it finds; drop its --grid")
     for point in grid_points(spec.grid):
-        cost_per_hour(point_config(spec, point), spec.prices)
+        cfg = point_config(spec, point)
+        try:
+            check_input_files(cfg.workload)
+        except MissingFile as err:
+            raise InputError(f"{spec.source} [{point.name}]: {err}") from None
+        cost_per_hour(cfg, spec.prices)
 
 
 def _found_row(found: SeededCapacity | Replicas) -> dict[str, Any]:

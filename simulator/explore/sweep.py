@@ -22,7 +22,7 @@ from simulator.config import (
     read_yaml,
     validate,
 )
-from simulator.errors import InputError
+from simulator.errors import DoesNotFit, InputError, MissingFile
 from simulator.explore.backend import Done
 from simulator.explore.backends import make_backend
 from simulator.explore.grid import (
@@ -271,16 +271,18 @@ def check_some_point_is_valid(base: dict[str, Any], grid: dict[str, list[Any]], 
 
 _MEMORY_KEYS = ("scheduler", "cost_model", "cluster", "parallel")
 """Top-level keys a deployment's memory depends on (a grid of loads or seeds is checked once)."""
+_FILE_KEYS = ("path", "rate_schedule_csv")
+"""Ends of the keys that name input files (checked once per file)."""
 
 
 def check_points_fit(base: dict[str, Any], grid: dict[str, list[Any]], src: str) -> None:
-    """Every valid grid point's deployment fits in its GPUs' memory (``simulator.feasibility``),
-    else one line naming the first that does not, before anything runs. Points that set the
-    same scheduler, cost model and cluster keys are checked once."""
-    from simulator.feasibility import DoesNotFit
+    """Every valid grid point's deployment fits in its GPUs' memory (``simulator.feasibility``)
+    and the files it names are there, else one line naming the first point that fails, before
+    anything runs. Points that set the same scheduler, cost model, cluster and file keys are
+    checked once."""
     from simulator.runner import resolve
 
-    keys = [k for k in cell_keys(grid) if k.split(".")[0] in _MEMORY_KEYS]
+    keys = [k for k in cell_keys(grid) if k.split(".")[0] in _MEMORY_KEYS or k.endswith(_FILE_KEYS)]
     seen: set[str] = set()
     for point in grid_points(grid):
         key = json.dumps([point.cells[k] for k in keys], sort_keys=True, default=str)
@@ -289,7 +291,7 @@ def check_points_fit(base: dict[str, Any], grid: dict[str, list[Any]], src: str)
         seen.add(key)
         try:
             resolve(validate(apply_overrides(base, point.values, src), f"{src} [{point.name}]"))
-        except DoesNotFit as err:
+        except (DoesNotFit, MissingFile) as err:
             raise InputError(f"{src} [{point.name}]: {err}") from None
         except InputError:
             continue  # an invalid point fails as a point of the sweep, as before

@@ -8,6 +8,7 @@ import numpy as np
 
 from simulator.workload.arrivals import arrival_times, rate_schedule
 from simulator.workload.config import TraceConfig, WorkloadConfig
+from simulator.workload.inputs import existing_file
 from simulator.workload.replay import replay
 from simulator.workload.synthetic import check_empirical, draw, sample_lengths
 from simulator.workload.workload import Workload
@@ -17,6 +18,7 @@ __all__ = [
     "Workload",
     "WorkloadConfig",
     "arrival_times",
+    "check_input_files",
     "check_inputs",
     "generate",
     "sample_lengths",
@@ -38,3 +40,16 @@ def check_inputs(cfg: WorkloadConfig) -> None:
     if cfg.arrival is not None:
         rate_schedule(cfg.arrival)  # reads a rate_schedule_csv
     check_empirical(cfg)
+
+
+def check_input_files(cfg: WorkloadConfig) -> None:
+    """Every file ``cfg`` names is there (else ``existing_file``'s one line): checked when a
+    scenario is resolved, so a search or sweep refuses a missing trace before it runs."""
+    if cfg.trace is not None:
+        existing_file(cfg.trace.path, "trace.path")
+    if cfg.arrival is not None and cfg.arrival.rate_schedule_csv is not None:
+        existing_file(cfg.arrival.rate_schedule_csv, "arrival.rate_schedule_csv")
+    for field in ("prompt_len", "output_len"):
+        path = getattr(getattr(cfg, field), "path", None)  # an empirical distribution's file
+        if isinstance(path, str):
+            existing_file(path, f"{field}.path")

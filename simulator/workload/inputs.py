@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.errors import InputError
+from simulator.errors import MissingFile
 
 
 def existing_file(path: str | Path, field: str | None = None) -> Path:
@@ -14,15 +14,15 @@ def existing_file(path: str | Path, field: str | None = None) -> Path:
     file = Path(path)
     where = f"{path}" if field is None else f"workload.{field}: {path}"
     if file.is_dir():
-        raise InputError(f"{where}: is a folder, not a file")
+        raise MissingFile(f"{where}: is a folder, not a file")
     if not file.is_file():
         # the public files are not shipped: point at the downloader
         missing = f"{where}: file not found (relative to {Path.cwd()}"
         if field is None:
-            raise InputError(
+            raise MissingFile(
                 f"{missing}; `servesim fetch --list` shows the public traces it can download)"
             )
-        raise InputError(f"{missing}); {fetch_hint(path, field)}")
+        raise MissingFile(f"{missing}); {fetch_hint(path, field)}")
     return file
 
 
