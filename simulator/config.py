@@ -56,8 +56,9 @@ class ScenarioConfig(BaseModel):
     """Scenario name; names the default output folder."""
     seed: int = Field(default=0, ge=0)
     """Root of every random stream (one ``SeedSequence``)."""
-    scheduler: SchedulerConfig
-    """Scheduler budgets."""
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    """The scheduler's policy and budgets; left out, the ``spec`` policy with ``vllm serve``'s
+    budgets for the cost model's GPU and the KV cache its memory holds."""
     cost_model: CostModelConfig
     """How long a step takes: ``linear``, ``roofline``, ``fitted`` or ``profiled``."""
     workload: WorkloadConfig

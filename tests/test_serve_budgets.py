@@ -155,3 +155,12 @@ def test_a_deployment_left_no_kv_cache_does_not_fit(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "scheduler.num_blocks: llama-3-70b does not fit" in err[0]
     assert not (tmp_path / "run").exists()
+
+
+def test_a_scenario_may_leave_the_scheduler_out() -> None:
+    raw = _scenario("h100-sxm")
+    del raw["scheduler"]
+    cfg = resolve(raw)
+    assert cfg.scheduler.policy == "spec"
+    assert cfg.scheduler.budgets() == (8192, 1024)
+    assert cfg.scheduler == resolve(_scenario("h100-sxm")).scheduler
