@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -142,6 +143,15 @@ def test_presets_lists_models_and_hardware(capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     for name in ("llama-3-8b", "llama-2-70b", "bloom-176b", "h100-sxm", "a100-80gb", "h200"):
         assert name in out
+
+    # each GPU says what a scenario that leaves its budgets out gets on it
+    def entry(name: str) -> str:  # a preset's lines, up to the next preset's
+        found = re.search(rf"\n  {name} .*?(?=\n  \S)", out, re.DOTALL)
+        assert found is not None, name
+        return found.group(0)
+
+    assert "vllm serve's defaults: 8192 tokens a step, 1024 sequences" in entry("h100-sxm")
+    assert "vllm serve's defaults: 2048 tokens a step, 256 sequences" in entry("a100-80gb")
 
 
 def _sweep(scenario_file: Path, out: Path, jobs: int, *extra: str) -> pd.DataFrame:

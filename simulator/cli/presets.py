@@ -38,7 +38,7 @@ def _wrapped(label: str, text: str) -> str:
 def run(args: argparse.Namespace) -> int:
     """List the model, hardware and fitted cost-model presets, each value's source, the GPU
     prices' sources and the serving stack (and year) each fitted preset was measured on."""
-    from simulator.cost.presets import list_presets, load_hardware, load_model
+    from simulator.cost.presets import list_presets, load_hardware, load_model, serve_budgets
 
     presets = list_presets()
     print("models:")
@@ -62,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
         )
         print(_wrapped("source:", h.source))
         print(_wrapped("price:", h.cost_source or "none: give one with --gpu-cost"))
+        tokens, seqs = serve_budgets(h, None, None)
+        print(
+            _wrapped("budgets:", f"vllm serve's defaults: {tokens} tokens a step, {seqs} sequences")
+        )
     _print_fitted()
     return 0
 
