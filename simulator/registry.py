@@ -53,7 +53,8 @@ class Registry(dict[str, T]):
         found = import_object(name)
         check = self._check
         if check is not None and not (isinstance(found, type) and issubclass(found, check)):
-            raise ValueError(f"{name!r} is not a {check.__name__} subclass")
+            article = "an" if check.__name__[0] in "AEIOU" else "a"
+            raise ValueError(f"{name!r} is not {article} {check.__name__} subclass")
         return found  # type: ignore[return-value]
 
     def validate(self, name: str) -> str:

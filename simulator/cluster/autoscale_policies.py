@@ -4,7 +4,6 @@ handling of replicas that are still starting (docs/autoscaling.md)."""
 
 from __future__ import annotations
 
-import importlib
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -12,7 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
-from simulator.errors import InputError
+from simulator.registry import Registry
 
 
 class PolicySettings(Protocol):
@@ -152,28 +151,18 @@ class SloTtft(AutoscalePolicy):
         return math.ceil(ratio * window.ready)
 
 
-POLICIES: dict[str, type[AutoscalePolicy]] = {
-    "target_utilization": TargetUtilization,
-    "target_queue": TargetQueue,
-    "slo_ttft": SloTtft,
-}
+POLICIES: Registry[type[AutoscalePolicy]] = Registry(
+    "policy",
+    {"target_utilization": TargetUtilization, "target_queue": TargetQueue, "slo_ttft": SloTtft},
+    check=AutoscalePolicy,
+)
 """The built-in policies by name; any other name is an import path ``package.module:Class``
 (or ``package.module.Class``) of an :class:`AutoscalePolicy` subclass."""
 
 
 def policy_class(name: str) -> type[AutoscalePolicy]:
-    """The policy ``name`` names: built in, or imported; InputError naming the key if not."""
-    if name in POLICIES:
-        return POLICIES[name]
-    module, sep, attr = name.partition(":") if ":" in name else name.rpartition(".")
-    where = "cluster.autoscaler.policy"
-    if not sep or not module or not attr:
-        known = ", ".join(POLICIES)
-        raise InputError(f"{where}: unknown policy {name!r}; known: {known}, or module:Class")
-    try:
-        found = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as err:
-        raise InputError(f"{where}: cannot import {name!r} ({err})") from None
-    if not (isinstance(found, type) and issubclass(found, AutoscalePolicy)):
-        raise InputError(f"{where}: {name!r} is not an AutoscalePolicy subclass")
-    return found
+    """The policy ``name`` names: built in, or imported; ValueError saying why not."""
+    if name not in POLICIES and ":" not in name and "." in name:  # package.module.Class
+        module, _, attr = name.rpartition(".")
+        name = f"{module}:{attr}"
+    return POLICIES.resolve(name)

@@ -67,7 +67,7 @@ class AutoscalerConfig(BaseModel):
     @field_validator("policy")
     @classmethod
     def _known_policy(cls, value: str) -> str:
-        policy_class(value)  # an InputError (a ValueError) names what is wrong
+        policy_class(value)  # a ValueError says what is wrong
         return value
 
     @model_validator(mode="after")
