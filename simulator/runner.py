@@ -44,7 +44,22 @@ def scheduler_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = "")
         sched = sched.model_copy(update={"max_num_batched_tokens": tokens, "max_num_seqs": seqs})
     if sched.num_blocks is None:
         sched = sched.model_copy(update={"num_blocks": num_blocks_for(sched, cm, prefix)})
+    check_max_model_len(sched, prefix)
     return sched
+
+
+def check_max_model_len(sched: SchedulerConfig, prefix: str = "") -> None:
+    """Refuse a cache that cannot hold one request of ``max_model_len`` tokens, as vLLM
+    refuses to start (``DoesNotFit``, saying the longest that fits)."""
+    limit, num_blocks = sched.max_model_len, sched.num_blocks
+    if limit is None or num_blocks is None or -(-limit // sched.block_size) <= num_blocks:
+        return
+    raise DoesNotFit(
+        f"{prefix}scheduler.max_model_len: one request of {limit:,} tokens needs "
+        f"{-(-limit // sched.block_size):,} KV blocks, more than the {num_blocks:,} of the "
+        f"cache, so vLLM would not start; the longest that fits is "
+        f"{num_blocks * sched.block_size:,} tokens"
+    )
 
 
 def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = "") -> int:
@@ -311,11 +326,11 @@ def check_workload_fits(cfg: ScenarioConfig) -> None:
 
 
 def warn_rejections(result: SimulationResult) -> None:
-    """Say once on stderr how many requests could never fit, with the first reason."""
+    """Say once on stderr how many requests could never be served, with the first reason."""
     table = result.rejected_table
     if len(table):
         first, reason = table["request_id"][0], table["reason"][0]
         warn(
-            f"{len(table)} request(s) rejected: they can never fit in the KV cache "
+            f"{len(table)} request(s) rejected: they can never be served "
             f"(e.g. request {first}: {reason})"
         )

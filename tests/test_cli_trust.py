@@ -139,7 +139,7 @@ def test_a_run_that_serves_almost_nothing_exits_1_and_says_so(
     assert main([*argv, "--out", str(out)]) == 1
     captured = capsys.readouterr()
     err = [line for line in captured.err.splitlines() if line.startswith("servesim: error:")]
-    assert len(err) == 1 and "rejected: they can never fit in the KV cache" in err[0]
+    assert len(err) == 1 and "rejected: they can never be served" in err[0]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["num_rejected"] > 250
     assert summary["rejected_share"] == summary["num_rejected"] / 300

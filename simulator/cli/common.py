@@ -112,7 +112,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines = [
         f"rejected   {summary['num_rejected']:,} of {summary['num_requests']:,} requests "
         f"({num('rejected_share', '.1%')})"
-        + (": they can never fit in the KV cache" if summary["num_rejected"] else ""),
+        + (": they can never be served (rejected.csv says why)" if summary["num_rejected"] else ""),
         f"requests   {summary['num_finished']:,} finished, "
         f"{summary['num_preemptions']:,} preemptions",
         f"duration   {num('duration_s', '.2f')} s simulated, {summary['num_steps']} steps",
@@ -148,8 +148,8 @@ def served_too_little(summary: dict[str, Any]) -> str | None:
         return f"no request finished ({rejected:,} of {n:,} rejected)"
     if n and rejected / n > MOST_REJECTED:
         return (
-            f"{rejected:,} of {n:,} requests ({rejected / n:.1%}) rejected: they can never fit "
-            "in the KV cache (scheduler.num_blocks, or prompt/output lengths)"
+            f"{rejected:,} of {n:,} requests ({rejected / n:.1%}) rejected: they can never be "
+            "served (scheduler.num_blocks or max_model_len, or prompt/output lengths)"
         )
     return None
 

@@ -29,8 +29,8 @@ class SimulationResult:
     summary: dict[str, Any]
     """Flat dict of headline figures."""
     rejected_table: pd.DataFrame | Columns
-    """``request_id, reason`` for requests that could never fit in the KV cache; read it as
-    ``rejected``."""
+    """``request_id, reason`` for requests that could never be served (too long for the KV
+    cache or for ``max_model_len``); read it as ``rejected``."""
     checksums: np.ndarray
     """Per request, a hash of its output tokens (0 for rejected; `engine/tokens.py`)."""
     replicas: pd.DataFrame | None = None
@@ -53,7 +53,7 @@ class SimulationResult:
 
     @property
     def rejected(self) -> pd.DataFrame:
-        """The requests that could never fit, with the reason, as a frame."""
+        """The requests that could never be served, with the reason, as a frame."""
         if isinstance(self.rejected_table, Columns):
             self.rejected_table = self.rejected_table.frame()
         return self.rejected_table

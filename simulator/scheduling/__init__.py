@@ -68,6 +68,7 @@ def make_scheduler(
         long_prefill_token_threshold=cfg.long_prefill_token_threshold,
         priority=cfg.priority_policy == "priority",
         async_scheduling=cfg.async_scheduling,
+        max_model_len=cfg.max_model_len or 0,
         **_speculation(speculative, rng),
     )
     off = cfg.kv_offload

@@ -37,6 +37,11 @@ class SchedulerConfig(BaseModel):
     """Most sequences running at once (an admission limit only); omit it for what ``vllm
     serve`` sets: 1024 on a GPU of 70 GiB or more that is not an A100, else 256, and never
     more than ``max_num_batched_tokens``."""
+    max_model_len: int | None = Field(default=None, ge=1)
+    """Most tokens a request may ask for, prompt plus output (vLLM's ``--max-model-len``): a
+    request asking for more is rejected with its reason, as vLLM's server refuses it, and a
+    cache that cannot hold one such request is a deployment that cannot exist (vLLM will not
+    start). vLLM's own default is the model's context length; here None: no limit."""
     num_blocks: int | None = Field(default=None, ge=1)
     """KV-cache blocks; omit to derive them from GPU memory as vLLM does (needs a roofline,
     fitted or profiled cost model): memory x ``gpu_memory_utilization`` - weights - the

@@ -18,6 +18,9 @@ class Intake:
     """``add()`` and ``add_prefilled()`` of the scheduler (mixed into ``StepScheduler``)."""
 
     blocks: KVManager
+    max_model_len: int
+    """Most tokens a request may ask for, prompt and output together, as vLLM's server
+    refuses more (``scheduler.max_model_len``; 0: no limit)."""
     waiting: FCFSQueue | PriorityQueue
     _known: set[Hashable]
     _num_added: int
@@ -26,7 +29,14 @@ class Intake:
     _fits: Sequence | None = None
 
     def rejection_reason(self, seq: Sequence) -> str | None:
-        """Why ``seq`` can never fit (its largest KV footprint exceeds the cache), or None."""
+        """Why ``seq`` can never be served (it asks for more than ``max_model_len`` tokens, or
+        its largest KV footprint exceeds the cache), or None."""
+        limit = self.max_model_len
+        if limit and seq.prompt_len + seq.max_tokens > limit:
+            return (
+                f"asks for {seq.prompt_len + seq.max_tokens} tokens (prompt {seq.prompt_len} "
+                f"+ output {seq.max_tokens}), more than max_model_len {limit}"
+            )
         need = self.blocks.blocks_for(seq.max_kv_tokens)
         if need <= self.blocks.num_blocks:
             self._fits = seq

@@ -84,12 +84,11 @@ class StepScheduler(Intake, Speculation, TierLoads, FastSteps, Scheduler):
         num_speculative_tokens: int = 0,
         accept: Acceptor | None = None,
         async_scheduling: bool = False,
+        max_model_len: int = 0,
     ) -> None:
-        self.blocks = KVManager(
-            positive("num_blocks", num_blocks),
-            positive("block_size", block_size),
-            caching=enable_prefix_caching,
-        )
+        self.max_model_len = max_model_len
+        size = positive("num_blocks", num_blocks), positive("block_size", block_size)
+        self.blocks = KVManager(*size, caching=enable_prefix_caching)
         """The KV blocks: counted, or with identities and a prefix cache."""
         self.max_num_seqs = positive("max_num_seqs", max_num_seqs)
         self.max_num_batched_tokens = positive("max_num_batched_tokens", max_num_batched_tokens)
