@@ -160,3 +160,14 @@ def test_replicas_for_uses_cluster_replicas(
     table = pd.read_parquet(out / "search.parquet")
     assert (table["replicas"] >= 1).all()
     assert list(table["gpus"]) == list(table["replicas"] * table["cost_model.tp"])
+
+
+def test_served_rates_fall_back_to_the_run_where_nothing_spans() -> None:
+    from simulator.explore.search import _served
+
+    run = {"request_throughput": 8.0, "duration_s": 12.0, "arrival_span_s": 10.0}
+    assert _served(run, "request_throughput") == pytest.approx(9.6)  # 96 requests in 10 s
+    # all arriving at once (``rate: inf``) or one request: the run's own throughput
+    assert _served({**run, "arrival_span_s": 0.0}, "request_throughput") == 8.0
+    assert _served({**run, "arrival_span_s": None}, "request_throughput") == 8.0
+    assert _served({**run, "request_throughput": None}, "request_throughput") is None
