@@ -210,11 +210,6 @@ class DecodeRun:
                     kept += (offset + last) // block_size
             t = last + 1
 
-    def blocks_to_grow(self, t: int, block_size: int) -> int:
-        """Blocks the members need for step ``t``: one per member whose KV fills its last
-        block exactly before that step."""
-        return self.crossing[(1 - t) % block_size]
-
     def growing(self, t: int, block_size: int) -> list[Sequence]:
         """The members that need a new block in step ``t`` (with ``by_residue``)."""
         assert self.by_residue is not None
