@@ -210,6 +210,11 @@ class DecodeRun:
                     kept += (offset + last) // block_size
             t = last + 1
 
+    def blocks_to_grow(self, block_size: int) -> int:
+        """Blocks the members need for their next step: one per member whose KV fills its
+        last block exactly before it."""
+        return self.crossing[-self.steps % block_size]
+
     def growing(self, t: int, block_size: int) -> list[Sequence]:
         """The members that need a new block in step ``t`` (with ``by_residue``)."""
         assert self.by_residue is not None

@@ -89,7 +89,7 @@ class DeferredDecodes:
         if not m or m != len(self._running) or m > self.max_num_batched_tokens:
             return None
         bs = blocks.block_size
-        if blocks.num_used + run.crossing[-run.steps % bs] > blocks.num_blocks:
+        if blocks.num_used + run.blocks_to_grow(bs) > blocks.num_blocks:
             return None  # the next step needs a block that is missing
         if not blocks.caching:
             return DecodeStretch(run.segments(blocks.num_used, blocks.num_blocks, bs), 0)

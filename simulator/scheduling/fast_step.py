@@ -59,7 +59,7 @@ class FastSteps(DeferredDecodes):
             return None
         blocks = self.blocks
         t = run.steps + 1
-        grow = run.crossing[(1 - t) % blocks.block_size]
+        grow = run.blocks_to_grow(blocks.block_size)
         free = blocks.num_blocks - blocks.num_used - grow  # ``num_free``, without the call
         if free < 0:  # a block is missing: preemption
             return None
