@@ -47,6 +47,7 @@ COMPILED = (
     "simulator.engine.clock",
     "simulator.engine.simulation",
     "simulator.cost.decode_times",
+    "simulator.cluster.handover",
     "simulator.cluster.replica",
     "simulator.cluster.router",
     "simulator.cluster.routers",

@@ -34,6 +34,7 @@ import simpy
 
 from simulator.cluster.apart import run_apart
 from simulator.cluster.config import GroupSpec, SharedKVConfig
+from simulator.cluster.handover import Handover
 from simulator.cluster.kv_link import KVLink
 from simulator.cluster.replica import Replica
 from simulator.cluster.router import Request, Router, prefix_keys
@@ -92,6 +93,8 @@ class Cluster:
         self.kv_bytes_per_token, self.percentiles = kv_bytes_per_token, percentiles
         self.env, self.progress = simpy.Environment(), progress
         self.records = ClusterRecords(workload, any(g.role != "colocated" for g in groups))
+        self.handover = Handover(workload, self.records)
+        """Each request as a replica takes it, and a replica's share on its clock."""
         # the workload's stream is child 0, as in a single-server run
         streams = np.random.SeedSequence(seed).spawn(3)
         self.router = make_router(router, np.random.default_rng(streams[1]), affinity_margin)
@@ -234,13 +237,13 @@ class Cluster:
     def _eligible(self, i: int) -> list[Replica] | None:
         """The replicas request ``i`` fits in (None: none; its rejection is recorded)."""
         rec = self.records
-        seq = self._sequence(i, rec.output_len[i])
+        seq = self.handover.sequence(i, rec.output_len[i])
         if self.decode:  # it must fit a decode replica to be worth a prefill
             reason = self.decode[0].server.rejection_reason(seq)
             if reason is not None:
                 self._reject(i, f"decode replicas: {reason}")
                 return None
-            seq = self._sequence(i, 1)
+            seq = self.handover.sequence(i, 1)
         fits: list[Replica] = []
         reasons: list[tuple[int, str]] = []
         for group in self._entry_groups:
@@ -265,31 +268,6 @@ class Cluster:
         routed = np.asarray(self.workload.arrival_s, dtype=np.float64) + self.routing_delay_s
         return array("d", routed.tobytes())  # 8 bytes a request, not a float object
 
-    def _submit(self, r: Replica, i: int) -> None:
-        rec = self.records
-        p, o = rec.prompt_len[i], rec.output_len[i]
-        rec.routed_to[i] = r.index
-        if r.role == "prefill":
-            rec.prefill_replica[i] = r.index
-            r.routed(p, 1)
-            r.submit(self._sequence(i, 1))
-        else:
-            r.routed(p, o)
-            r.submit(self._sequence(i, o))
-
-    def _sequence(self, i: int, max_tokens: int, output: list[int] | None = None) -> Sequence:
-        """Request ``i`` as a replica's scheduler takes it (``max_tokens`` 1 on a prefill
-        replica; on a decode replica with the ``output`` sampled at the prefill)."""
-        w = self.workload
-        return Sequence(
-            i,
-            self.records.prompt_len[i],
-            max_tokens,
-            priority=0 if w.priority is None else int(w.priority[i]),
-            prompt_runs=None if w.prompt_runs is None else w.prompt_runs.runs(i),
-            output=output or (),
-        )
-
     def _request(self, i: int, router: Router) -> Request:
         rec, runs = self.records, self.workload.prompt_runs
         prefix: tuple[Hashable, ...] = ()
@@ -297,19 +275,12 @@ class Cluster:
         if router.uses_prefix and runs is not None:
             prefix = prefix_keys(runs.runs(i), self.entry[0].server.block_size)
             if self.shared is not None:  # the router may ask the shared tier what it holds
-                shared = self.shared.prefix_blocks(self._sequence(i, 1))
+                shared = self.shared.prefix_blocks(self.handover.sequence(i, 1))
         return Request(i, rec.arrival_s[i], rec.prompt_len[i], rec.output_len[i], prefix, shared)
 
     def share(self, r: Replica, items: list[tuple[float, int]]) -> simpy.events.ProcessGenerator:
         """Replica ``r``'s requests, routed up front, as a single server's arrivals."""
-        env, nxt, k = r.server.env, self._next_at, r.index
-        for t, i in items:
-            if t > env.now:  # the instant simpy will resume us: fast windows stop there
-                nxt[k], wake = sleep_until(env, t)
-                yield wake
-            self._submit(r, i)
-        nxt[k] = INF
-        r.server.close()
+        return self.handover.share(r, items, self._next_at)
 
     def _shares(self) -> list[list[tuple[float, int]]]:
         shares: list[list[tuple[float, int]]] = [[] for _ in self.replicas]
@@ -336,7 +307,7 @@ class Cluster:
                 yield env.timeout(0)
             fits = self._eligible(i)
             if fits is not None:
-                self._submit(self.router.choose(self._request(i, self.router), fits), i)
+                self.handover.submit(self.router.choose(self._request(i, self.router), fits), i)
         self._next_route = INF
         for r in self.entry:
             r.server.close()
@@ -362,7 +333,7 @@ class Cluster:
         self._pending[dec.index].remove(landing)
         dec.num_incoming -= 1
         rec.routed_to[i] = dec.index
-        decode_seq = self._sequence(i, rec.output_len[i], seq.output)
+        decode_seq = self.handover.sequence(i, rec.output_len[i], seq.output)
         dec.submit(decode_seq, prefilled=True)
         self._transfers -= 1
         if self._prefill_over and not self._transfers:

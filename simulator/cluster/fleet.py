@@ -228,7 +228,7 @@ class AutoscaledCluster(Cluster):
         return i
 
     def _hand(self, r: Replica, i: int) -> None:
-        self._submit(r, i)
+        self.handover.submit(r, i)
         self._awaiting.append(i)
         if not self.by_state:
             own = self._times[r.index]
