@@ -122,7 +122,9 @@ def test_a_search_point_on_other_gpus_gets_their_budgets() -> None:
     assert (cfg.scheduler.max_num_batched_tokens, cfg.scheduler.max_num_seqs) == (2048, 256)
 
 
-def test_the_saved_scenario_says_which_budgets_ran(tmp_path: Path) -> None:
+def test_the_saved_scenario_says_which_budgets_ran(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(_scenario("l4")))
     out = tmp_path / "out"
@@ -130,6 +132,12 @@ def test_the_saved_scenario_says_which_budgets_ran(tmp_path: Path) -> None:
     saved = yaml.safe_load((out / "scenario.yaml").read_text())
     assert saved["scheduler"]["max_num_batched_tokens"] == 2048
     assert saved["scheduler"]["max_num_seqs"] == 256
+    blocks = saved["scheduler"]["num_blocks"]
+    last = capsys.readouterr().out.strip().splitlines()[-1]  # and so does the console
+    assert last == (
+        f"server     spec, 2,048 tokens a step, 256 sequences, {blocks:,} KV blocks of 16 "
+        f"({blocks * 16:,} tokens)"
+    )
 
 
 def test_a_deployment_left_no_kv_cache_does_not_fit(

@@ -136,6 +136,22 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_server(sched: Any, ranks: int = 1) -> str:
+    """One line of what the server (each of its data-parallel ``ranks``) ran with, defaults
+    resolved (``SchedulerConfig``)."""
+    tokens, seqs = sched.budgets()
+    blocks, size = sched.num_blocks, sched.block_size
+    extras = [", prefix caching"] if sched.enable_prefix_caching else []
+    if ranks > 1:
+        extras.append(f"; each of {ranks} data-parallel ranks")
+    if sched.max_model_len is not None:
+        extras.append(f", max_model_len {sched.max_model_len:,}")
+    return (
+        f"server     {sched.policy}, {tokens:,} tokens a step, {seqs:,} sequences, "
+        f"{blocks:,} KV blocks of {size} ({blocks * size:,} tokens)" + "".join(extras)
+    )
+
+
 MOST_REJECTED = 0.5
 """A run that rejects more than this share of its requests exits 1 (``served_too_little``)."""
 

@@ -12,6 +12,7 @@ from simulator.cli.common import (
     add_scenario_args,
     add_steps_arg,
     format_replicas,
+    format_server,
     format_summary,
     results_folder,
     served_too_little,
@@ -66,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
     warn_stack(cfg.cost_model)
     print(f"{cfg.name}: results in {out}")
     print(format_summary(result.summary))
+    if cfg.cluster is None:  # a cluster's groups each have theirs (scenario.yaml)
+        ranks = 1 if cfg.parallel is None else cfg.parallel.data_parallel_size
+        print(format_server(cfg.scheduler, ranks))
     if result.replicas is not None:
         print(format_replicas(result.summary, result.replicas))
     problem = served_too_little(result.summary)
