@@ -5,7 +5,8 @@ in ``gpu_memory_utilization`` x the GPU's memory, as vLLM's start-up would requi
 A derived ``num_blocks`` fits by construction (``derive_num_blocks``); a given one may not (the
 quickstart's 4,000 blocks of Llama-3-70B on one 80 GB GPU), and then the scenario is refused
 with the arithmetic rather than simulated. A linear cost model names no model or GPU, so its
-scenarios cannot be checked and are not.
+scenarios cannot be checked and are not. Nor can vLLM start with a cache that cannot hold one
+request of ``scheduler.max_model_len`` tokens (``check_max_model_len``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DoesNotFit",
     "MemoryBudget",
+    "check_max_model_len",
     "check_memory",
     "check_scenario_memory",
     "memory_budget",
@@ -125,3 +127,17 @@ def check_scenario_memory(cfg: ScenarioConfig) -> None:
 
     for spec in replica_groups(cfg.cluster, cfg.scheduler, cfg.cost_model):
         check_memory(spec.scheduler, spec.cost_model, f"{spec.field}.")
+
+
+def check_max_model_len(sched: SchedulerConfig, prefix: str = "") -> None:
+    """Refuse a cache that cannot hold one request of ``max_model_len`` tokens, as vLLM
+    refuses to start (``DoesNotFit``, saying the longest that fits)."""
+    limit, num_blocks = sched.max_model_len, sched.num_blocks
+    if limit is None or num_blocks is None or -(-limit // sched.block_size) <= num_blocks:
+        return
+    raise DoesNotFit(
+        f"{prefix}scheduler.max_model_len: one request of {limit:,} tokens needs "
+        f"{-(-limit // sched.block_size):,} KV blocks, more than the {num_blocks:,} of the "
+        f"cache, so vLLM would not start; the longest that fits is "
+        f"{num_blocks * sched.block_size:,} tokens"
+    )

@@ -21,7 +21,7 @@ from simulator.engine.simulation import Simulation
 from simulator.engine.step_sink import make_sink
 from simulator.engine.watch import StopRule
 from simulator.errors import DoesNotFit, InputError, in_field, warn
-from simulator.feasibility import check_scenario_memory
+from simulator.feasibility import check_max_model_len, check_scenario_memory
 from simulator.scheduling import SchedulerConfig, make_scheduler
 from simulator.version import __version__
 from simulator.workload import Workload, check_input_files, generate
@@ -46,20 +46,6 @@ def scheduler_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = "")
         sched = sched.model_copy(update={"num_blocks": num_blocks_for(sched, cm, prefix)})
     check_max_model_len(sched, prefix)
     return sched
-
-
-def check_max_model_len(sched: SchedulerConfig, prefix: str = "") -> None:
-    """Refuse a cache that cannot hold one request of ``max_model_len`` tokens, as vLLM
-    refuses to start (``DoesNotFit``, saying the longest that fits)."""
-    limit, num_blocks = sched.max_model_len, sched.num_blocks
-    if limit is None or num_blocks is None or -(-limit // sched.block_size) <= num_blocks:
-        return
-    raise DoesNotFit(
-        f"{prefix}scheduler.max_model_len: one request of {limit:,} tokens needs "
-        f"{-(-limit // sched.block_size):,} KV blocks, more than the {num_blocks:,} of the "
-        f"cache, so vLLM would not start; the longest that fits is "
-        f"{num_blocks * sched.block_size:,} tokens"
-    )
 
 
 def num_blocks_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = "") -> int:
