@@ -202,12 +202,49 @@ def test_a_load_no_rate_can_meet_says_so_and_exits_1(
     assert main([*argv, "--out", str(out)]) == 1
     found = json.loads((out / "capacity.json").read_text())
     assert found["status"] == "none" and found["capacity"] is None
-    assert "missed even at" in capsys.readouterr().out
+    # one load, then the requests alone: their TTFT is the 10 ms service time, so no load can
+    printed = capsys.readouterr().out
+    assert "even requests sent one at a time miss it: ttft_p50_ms 10 ms (at most 5)" in printed
+    assert found["num_probes"] == 2 and found["num_simulations"] == 4  # a load per seed
+    alone = [run["alone"] for run in found["alone"]]
+    assert [list(a) for a in alone] == [["ttft_p50_ms=5"]] * 2
+    assert [a["ttft_p50_ms=5"] for a in alone] == pytest.approx([SERVICE_MS] * 2)
     # its figure (every probe missed) is drawn, and `servesim plot` redraws it
     figure = out / "plots" / "capacity.png"
     figure.unlink()
     assert main(["plot", str(out)]) == 0
     assert figure.stat().st_size > 10_000
+
+
+def test_a_first_load_that_misses_asks_the_requests_alone_then_searches_down(
+    tmp_path: Path,
+) -> None:
+    # M/D/1 from 150 req/s (over 1/D = 100): alone each request takes D = 10 ms, within the
+    # bound, so a lower load can meet it and the search finds Pollaczek-Khinchine's rate
+    d, bound_s = SERVICE_MS / 1e3, 0.0175
+    out = tmp_path / "cap"
+    argv = ["capacity", str(write(tmp_path, md1())), "--slo", f"ttft_mean_ms={bound_s * 1e3}"]
+    argv += ["--start", "150", "--seeds", "1", "--jobs", "1", "--no-plots"]
+    assert main([*argv, "--out", str(out)]) == 0
+    found = json.loads((out / "capacity.json").read_text())
+    assert found["capacity"] == pytest.approx(pk_capacity(bound_s, d), rel=0.03)
+    [alone] = found["alone"]
+    assert alone["meets"] and alone["alone"] == {}
+    assert alone["ttft_mean_s"] == pytest.approx(d) and alone["ttft_p99_s"] == pytest.approx(d)
+    assert found["num_simulations"] == len(found["probes"]) + 1
+
+
+def test_a_cluster_cannot_send_requests_alone_so_its_search_halves_the_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = {**md1(num_requests=200), "cluster": {"replicas": 2, "router": "round_robin"}}
+    out = tmp_path / "cap"
+    argv = ["capacity", str(write(tmp_path, data)), "--slo", "ttft_p50_ms=5", "--seeds", "1"]
+    assert main([*argv, "--out", str(out), "--jobs", "1", "--no-plots"]) == 1
+    found = json.loads((out / "capacity.json").read_text())
+    assert found["status"] == "none" and found["alone"] == []
+    assert found["num_probes"] == 12  # the start, then halved until below 1/1024 of it
+    assert "the SLO is missed even at 0.01465 req/s" in capsys.readouterr().out
 
 
 def test_a_trace_capacity_is_its_smallest_time_scale(tmp_path: Path) -> None:

@@ -177,7 +177,7 @@ def _scenario_yaml(cfg: Any, args: argparse.Namespace) -> str:
 def _summary_line(name: str, found: SeededCapacity, out: Path) -> str:
     """The answer in one line: capacity and its intervals (to the digits they support), the
     runs used, where the results are."""
-    runs = f"{found.num_probes} probes, {len(found.probes)} simulations"
+    runs = f"{found.num_probes} probes, {found.num_simulations} simulations"
     cut = sum(p["cut_short"] is not None for p in found.probes)
     runs += f" ({cut} cut short)" if cut else ""
     return f"{name}: {capacity_text(found)}; {runs}; results in {out}"

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from simulator.config import apply_overrides, validate
 from simulator.errors import InputError
 from simulator.explore.driver import Search, Unit
-from simulator.explore.probe import Load, ProbeSpec, run_probe
+from simulator.explore.probe import Load, ProbeSpec, alone_possible, run_probe
 from simulator.explore.slo import Target
 
 TOLERANCE = 0.02
@@ -74,6 +75,9 @@ class Capacity:
     """Lowest load level above it that failed."""
     probes: list[dict[str, Any]] = field(default_factory=list)
     """One record per simulation (``probe`` numbers the probes)."""
+    alone: list[dict[str, Any]] = field(default_factory=list)
+    """The runs of requests alone (one at a time), made when the first load missed: each
+    request's best case, which no lower load can better."""
 
     @property
     def capacity(self) -> float | None:
@@ -97,8 +101,13 @@ class Capacity:
             "unit": self.load.unit,
             "fails_at": None if self.fails_at is None else value(self.fails_at),
             "num_probes": self.num_probes,
-            "num_simulations": len(self.probes),
+            "num_simulations": self.num_simulations,
         }
+
+    @property
+    def num_simulations(self) -> int:
+        """Simulations run: the probes', and those of requests alone."""
+        return len(self.probes) + len(self.alone)
 
     def to_json(self) -> dict[str, Any]:
         """``capacity``, ``unit``, the bracket, ``status`` and ``probes``."""
@@ -114,8 +123,9 @@ class Capacity:
             },
             "tolerance": self.tolerance,
             "num_probes": self.num_probes,
-            "num_simulations": len(self.probes),
+            "num_simulations": self.num_simulations,
             "probes": self.probes,
+            "alone": self.alone,
         }
 
 
@@ -169,8 +179,34 @@ def capacity_search(
         if on_probe is not None:
             cut = sum(run["cut_short"] is not None for run in runs)
             on_probe(ProbeReport(index, level, meets, cut, found.meets_at, found.fails_at))
+        if index == 0 and not meets and can_run_alone(base, source, overrides):
+            # below the first load: first ask whether any load can meet the target at all
+            found.alone = yield from _alone(specs)
+            if not all(run["meets"] for run in found.alone):
+                found.outcome = "none"
+                return found
         level = _next_level(found, load.start)
         if level is None:
             return found
     found.outcome = "max_probes"
     return found
+
+
+def _alone(specs: list[ProbeSpec]) -> Search[list[dict[str, Any]]]:
+    """The probes ``specs`` with their requests sent one at a time."""
+    outcomes = yield [Unit(run_probe, (replace(spec, alone=True),)) for spec in specs]
+    for done in outcomes:
+        if done.error is not None:
+            raise probe_error(done.error) from done.error
+    return [done.value for done in outcomes]
+
+
+def can_run_alone(
+    base: dict[str, Any], source: str, overrides: tuple[tuple[str, Any], ...]
+) -> bool:
+    """Whether the scenario (with ``overrides``) can run its requests one at a time."""
+    try:
+        cfg = validate(apply_overrides(base, dict(overrides), source), source)
+    except InputError:
+        return False  # the probes themselves say what is wrong
+    return alone_possible(cfg)

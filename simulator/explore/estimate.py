@@ -94,6 +94,11 @@ class SeededCapacity:
         """Every simulation of every seed's search."""
         return [p for s in self.searches for p in s.probes]
 
+    @property
+    def num_simulations(self) -> int:
+        """Simulations run over every seed (requests alone included)."""
+        return sum(s.num_simulations for s in self.searches)
+
     def decisive_runs(self) -> list[dict[str, Any]]:
         """Each seed's simulation at its own capacity."""
         return [p for s in self.searches for p in s.decisive_runs()]
@@ -102,6 +107,9 @@ class SeededCapacity:
         """Why there is no capacity (None when there is one)."""
         if self.outcome in _ANSWERED:
             return None
+        if all(s.outcome == "none" and s.alone for s in self.searches):
+            runs = [run for s in self.searches for run in s.alone]
+            return "even requests sent one at a time miss it: " + _alone_missed(runs)
         parts = [f"seed {seed}: {describe_outcome(s)}" for seed, s in self._by_seed()]
         return "; ".join(parts)
 
@@ -120,7 +128,7 @@ class SeededCapacity:
             "unit": self.load.unit,
             "num_seeds": len(self.seeds),
             "num_probes": self.num_probes,
-            "num_simulations": len(self.probes),
+            "num_simulations": self.num_simulations,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -137,8 +145,9 @@ class SeededCapacity:
             "per_seed": [_seed_json(seed, s) for seed, s in self._by_seed()],
             "tolerance": self.tolerance,
             "num_probes": self.num_probes,
-            "num_simulations": len(self.probes),
+            "num_simulations": self.num_simulations,
             "probes": self.probes,
+            "alone": [run for s in self.searches for run in s.alone],
         }
 
 
@@ -165,12 +174,36 @@ def describe_outcome(found: Capacity) -> str:
     if found.outcome == "unbounded":
         assert found.meets_at is not None
         return f"the SLO holds at every load tried, up to {load.describe(found.meets_at)}"
+    if found.outcome == "none" and found.alone:
+        return "even requests sent one at a time miss it: " + _alone_missed(found.alone)
     if found.outcome == "none":
         assert found.fails_at is not None
         runs = [p for p in found.probes if p["level"] == found.fails_at]
         return f"the SLO is missed even at {load.describe(found.fails_at)} ({_missed(runs)})"
     assert found.meets_at is not None
     return f"capacity {load.describe(found.meets_at)}"
+
+
+def _alone_missed(runs: list[dict[str, Any]]) -> str:
+    """What runs of requests alone missed, with their figures (a range over several runs):
+    a bound's statistic, or the share of requests within a per-request limit."""
+    words = []
+    for term in dict.fromkeys(t for run in runs for t in run.get("alone", {})):
+        got = [run["alone"][term] for run in runs if term in run["alone"]]
+        if term == "rejected":
+            words.append(f"{_spread(got, ',.0f')} requests rejected")
+        elif term.split("=")[0].count("_") == 1:  # a per-request limit: ttft_ms=500
+            words.append(f"{_spread(got, '.1%')} of requests within {term}")
+        else:  # a bound: tpot_p99_ms=50
+            name, bound = term.split("=")
+            words.append(f"{name} {_spread(got, '.4g')} ms (at most {bound})")
+    return "; ".join(words) or "missed"
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    """``12.5%``, or ``12.5-13.0%`` over several runs."""
+    lo, hi = format(min(values), fmt), format(max(values), fmt)
+    return lo if lo == hi else f"{lo.rstrip('%')}-{hi}"
 
 
 def _missed(runs: list[dict[str, Any]]) -> str:

@@ -13,9 +13,12 @@ import numpy as np
 from simulator.config import ScenarioConfig, apply_overrides, validate
 from simulator.errors import InputError
 from simulator.explore.slo import Target
+from simulator.metrics.summary import meets_slo
 
 RATE_KEY = "workload.arrival.rate"
 TIME_SCALE_KEY = "workload.trace.time_scale"
+ALONE_KEY = "workload.max_concurrency"
+"""Set to 1 for a probe of requests alone."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,9 @@ class ProbeSpec:
     target: Target
     overrides: tuple[tuple[str, Any], ...] = ()
     """Other keys the caller sets (a design search's grid point)."""
+    alone: bool = False
+    """Send one request at a time (a closed loop of one): the latency each request gets from
+    an otherwise idle server, which no load can better."""
 
 
 def probe_scenario(spec: ProbeSpec) -> dict[str, Any]:
@@ -69,6 +75,8 @@ def probe_scenario(spec: ProbeSpec) -> dict[str, Any]:
     values: dict[str, Any] = dict(spec.overrides)
     values[spec.load.key] = spec.load.value(spec.level)
     values["seed"] = spec.seed
+    if spec.alone:
+        values[ALONE_KEY] = 1
     data = apply_overrides(spec.base, values, spec.source)
     wanted = spec.target.percentiles()
     if wanted:
@@ -91,7 +99,8 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
 
     started = time.perf_counter()
     cfg = resolve(validate(probe_scenario(spec), spec.source))
-    cutoff = Cutoff(spec.target)
+    # a probe of requests alone runs whole: its figures say by how much the SLO is missed
+    cutoff = Cutoff(spec.target if not spec.alone else Target())
     record: dict[str, Any] = {"level": spec.level, "seed": spec.seed}
     record["value"] = spec.load.value(spec.level)
     try:
@@ -108,8 +117,43 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
         # the steady state's time base: the throughputs count the drain after the last
         # arrival too, which a deployment serving this load all day does not have
         record["arrival_span_s"] = float(np.ptp(arrivals)) if len(arrivals) > 1 else None
+        if spec.alone:
+            record["alone"] = alone_figures(spec.target, result.summary, result.requests)
     record["wall_time_s"] = time.perf_counter() - started
     return record
+
+
+def alone_figures(target: Target, summary: dict[str, Any], requests: Any) -> dict[str, float]:
+    """The terms of ``target`` a run of requests alone missed, keyed as the user wrote them,
+    with what it got: a bound's statistic in ms (``tpot_p99_ms=50``), a per-request limit's
+    share of requests within it (``tpot_ms=50``), the number of requests ``rejected`` (alone,
+    every request that is not rejected finishes)."""
+    total = summary.get("num_requests", 0)
+    out: dict[str, float] = {}
+    rejected = total - summary.get("num_finished", total)
+    if rejected > target.allowed_misses() * total:
+        out["rejected"] = rejected
+    for bound in target.bounds:
+        value = bound.value(summary, requests) * 1e3
+        # infinite only through the rejected requests, which are already named
+        if not bound.holds(summary, requests) and (math.isfinite(value) or not rejected):
+            out[f"{bound.name}={bound.bound_ms:g}"] = value
+    for name, limit in target.limits:
+        within = float(meets_slo(requests, {name: limit}).mean()) if total else math.nan
+        if not within >= (target.attain or 1.0):
+            out[f"{name}={limit:g}"] = within
+    return out
+
+
+def alone_possible(cfg: ScenarioConfig) -> bool:
+    """Whether a probe of requests alone can be simulated: a single server (data parallel or
+    not) with no schedule of clients and no serving delays (open loop only)."""
+    serving = cfg.serving
+    return (
+        cfg.cluster is None
+        and cfg.workload.max_concurrency_schedule is None
+        and not (serving.frontend_delay_ms or serving.response_delay_ms)
+    )
 
 
 def _plain(value: Any) -> Any:
