@@ -171,3 +171,19 @@ def test_served_rates_fall_back_to_the_run_where_nothing_spans() -> None:
     assert _served({**run, "arrival_span_s": 0.0}, "request_throughput") == 8.0
     assert _served({**run, "arrival_span_s": None}, "request_throughput") == 8.0
     assert _served({**run, "request_throughput": None}, "request_throughput") is None
+
+
+def test_replicas_for_an_slo_requests_alone_miss_is_none_and_unpriced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a decode step of Llama-3-8B on one H100 takes several ms: a 1 ms TPOT needs no count
+    out = tmp_path / "srch"
+    argv = ["search", str(write(tmp_path, ROOFLINE)), "--grid", "cost_model.tp=1"]
+    argv += ["--slo", "tpot_p99_ms=1", "--replicas-for", "40", "--out", str(out), "--seeds", "1"]
+    assert main([*argv, "--jobs", "1", "--no-plots"]) == 1  # no deployment serves it
+    assert "no deployment searched serves the load within the SLO" in capsys.readouterr().out
+    [row] = pd.read_parquet(out / "search.parquet").to_dict("records")
+    assert row["status"] == "none" and row["num_simulations"] == 2  # one replica, then alone
+    assert row["reason"].startswith("even requests sent one at a time miss it: tpot_p99_ms ")
+    assert pd.isna(row["gpus"]) and pd.isna(row["replicas"])  # no deployment to price
+    assert "usd_per_hour" not in row or pd.isna(row["usd_per_hour"])

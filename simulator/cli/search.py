@@ -132,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
     print(search_console_table(table, list(spec.grid)))
     for row in table[table["reason"].notna()].itertuples(index=False):
         print(f"  {row.point}: {row.status}: {row.reason}")  # every non-found status says why
+    if not table["status"].isin(["found", "max_probes"]).any():  # as capacity's none
+        print(f"{cfg.name}: no deployment searched serves the load within the SLO")
+        return 1
     return 1 if failed else 0
 
 

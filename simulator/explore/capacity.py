@@ -181,7 +181,7 @@ def capacity_search(
             on_probe(ProbeReport(index, level, meets, cut, found.meets_at, found.fails_at))
         if index == 0 and not meets and can_run_alone(base, source, overrides):
             # below the first load: first ask whether any load can meet the target at all
-            found.alone = yield from _alone(specs)
+            found.alone = yield from runs_alone(specs)
             if not all(run["meets"] for run in found.alone):
                 found.outcome = "none"
                 return found
@@ -192,7 +192,7 @@ def capacity_search(
     return found
 
 
-def _alone(specs: list[ProbeSpec]) -> Search[list[dict[str, Any]]]:
+def runs_alone(specs: list[ProbeSpec]) -> Search[list[dict[str, Any]]]:
     """The probes ``specs`` with their requests sent one at a time."""
     outcomes = yield [Unit(run_probe, (replace(spec, alone=True),)) for spec in specs]
     for done in outcomes:

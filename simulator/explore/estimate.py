@@ -109,7 +109,7 @@ class SeededCapacity:
             return None
         if all(s.outcome == "none" and s.alone for s in self.searches):
             runs = [run for s in self.searches for run in s.alone]
-            return "even requests sent one at a time miss it: " + _alone_missed(runs)
+            return "even requests sent one at a time miss it: " + alone_missed(runs)
         parts = [f"seed {seed}: {describe_outcome(s)}" for seed, s in self._by_seed()]
         return "; ".join(parts)
 
@@ -175,7 +175,7 @@ def describe_outcome(found: Capacity) -> str:
         assert found.meets_at is not None
         return f"the SLO holds at every load tried, up to {load.describe(found.meets_at)}"
     if found.outcome == "none" and found.alone:
-        return "even requests sent one at a time miss it: " + _alone_missed(found.alone)
+        return "even requests sent one at a time miss it: " + alone_missed(found.alone)
     if found.outcome == "none":
         assert found.fails_at is not None
         runs = [p for p in found.probes if p["level"] == found.fails_at]
@@ -184,7 +184,7 @@ def describe_outcome(found: Capacity) -> str:
     return f"capacity {load.describe(found.meets_at)}"
 
 
-def _alone_missed(runs: list[dict[str, Any]]) -> str:
+def alone_missed(runs: list[dict[str, Any]]) -> str:
     """What runs of requests alone missed, with their figures (a range over several runs):
     a bound's statistic, or the share of requests within a per-request limit."""
     words = []

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.explore.capacity import probe_error
+from simulator.explore.capacity import can_run_alone, probe_error, runs_alone
 from simulator.explore.driver import Search, Unit
+from simulator.explore.estimate import alone_missed
 from simulator.explore.probe import Load, ProbeSpec, run_probe
 from simulator.explore.slo import Target
 
@@ -28,6 +29,8 @@ class Replicas:
     """``found``, or ``none`` (even ``MAX_REPLICAS`` missed)."""
     fewest: int | None = None
     probes: list[dict[str, Any]] = field(default_factory=list)
+    alone: list[dict[str, Any]] = field(default_factory=list)
+    """The runs of requests alone on one server, made when one replica missed."""
 
     def overrides(self) -> dict[str, Any]:
         """The scenario keys of the answer (to price it)."""
@@ -41,6 +44,8 @@ class Replicas:
         """Why no count of replicas was found (None when one was)."""
         if self.outcome == "found":
             return None
+        if self.alone:
+            return "even requests sent one at a time miss it: " + alone_missed(self.alone)
         return f"even {MAX_REPLICAS} replicas miss the SLO at {self.load.describe(self.level)}"
 
     def row(self) -> dict[str, Any]:
@@ -50,7 +55,7 @@ class Replicas:
             "load": self.load.value(self.level),
             "unit": self.load.unit,
             "num_probes": len({p["probe"] for p in self.probes}),
-            "num_simulations": len(self.probes),
+            "num_simulations": len(self.probes) + len(self.alone),
         }
 
 
@@ -84,6 +89,12 @@ def replicas_search(
             met = count
         else:
             missed = count
+        if count == 1 and not meets and can_run_alone(base, source, overrides):
+            # no count can do better than one server given each request alone
+            alone = [ProbeSpec(base, source, load, level, s, target, overrides) for s in seeds]
+            found.alone = yield from runs_alone(alone)
+            if not all(run["meets"] for run in found.alone):
+                break
         if met is None:
             count *= 2
         elif met - missed <= 1:

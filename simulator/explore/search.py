@@ -156,6 +156,14 @@ def point_search(spec: SearchSpec, point: GridPoint) -> Search[dict[str, Any]]:
         return {**row, "status": "failed", "error": error, "reason": error}
     row.update(found.row())
     row.update(_found_row(found))
+    if isinstance(found, Replicas) and found.fewest is None:  # no deployment to price
+        return {
+            **row,
+            "gpus": None,
+            "status": found.outcome,
+            "error": None,
+            "reason": found.reason(),
+        }
     usd, gpus = cost_per_hour(cfg, spec.prices)
     row["gpus"] = gpus
     _cost_columns(row, usd)
