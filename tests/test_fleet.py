@@ -197,6 +197,22 @@ def test_every_request_is_served_once_by_a_replica_that_was_ready(stepped: Any) 
     assert tokens == len(req) * (16 + SERVICE_STEPS - 1)  # every token computed once
 
 
+def test_a_replicas_figures_are_over_its_own_time_serving(stepped: Any) -> None:
+    # replicas that served for minutes of the run are not shown idle the rest of it
+    table = stepped.replicas.set_index("replica")
+    lives = stepped.tables["replica_lifetimes"].set_index("replica")
+    serving = lives["gone_s"] - lives["ready_s"]
+    assert serving.min() < 0.5 * stepped.summary["duration_s"]  # some served briefly
+    assert table["utilization"].to_numpy() == pytest.approx(table["busy_s"] / serving)
+    assert (table["utilization"] > 0.95).all()  # the step load keeps each one busy
+    got = table["request_throughput"].to_numpy()
+    assert got == pytest.approx(table["num_finished"] / serving)
+    weighted = (table["kv_utilization_mean"] * serving).sum() / serving.sum()
+    assert stepped.summary["kv_utilization_mean"] == pytest.approx(weighted)
+    rates = table["num_tokens"] / serving
+    assert stepped.summary["load_imbalance"] == pytest.approx(rates.max() / rates.mean())
+
+
 def test_a_derived_cold_start_and_the_preset_price_land_in_the_summary(tmp_path: Path) -> None:
     cfg = fleet(startup_s=None, load_gb_s=2.0, engine_start_s=20.0, cost_per_hour=None)
     cfg["cost_model"] = {"type": "roofline", "model": "llama-3-8b", "hardware": "h100-sxm"}

@@ -44,7 +44,7 @@ from simulator.cluster.config import GroupSpec
 from simulator.cluster.fleet_ledger import FleetLedger
 from simulator.cluster.gauge import Gauge
 from simulator.cluster.replica import Replica
-from simulator.cluster.tables import cluster_result
+from simulator.cluster.tables import cluster_result, cluster_summary, replica_table
 from simulator.cluster.timed_samples import TimedSamples
 from simulator.cost import build_cost_model
 from simulator.engine.result import SimulationResult
@@ -320,6 +320,14 @@ class AutoscaledCluster(Cluster):
         held = lives["gone_s"].to_numpy() - lives["requested_s"].to_numpy()
         lives["gpu_seconds"] = held * gpus
         result.tables.update(fleet=fleet, replica_lifetimes=lives)
+        # each replica's figures over its own time serving, not the whole run's
+        serving = np.zeros(len(self.replicas))
+        serving[lives["replica"].to_numpy()] = np.nan_to_num(
+            lives["gone_s"].to_numpy() - lives["ready_s"].to_numpy()
+        )
+        table = replica_table(self.replicas, result.requests, end, serving)
+        result.replicas = table
+        result.summary.update(cluster_summary(table, result.requests, serving))
         times = np.append(fleet["time_s"].to_numpy(), end)
         span = np.diff(times)
         live = fleet["live"].to_numpy()

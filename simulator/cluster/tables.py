@@ -4,6 +4,7 @@ the replica of each row), the summary with cluster-wide figures, and one row per
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -169,9 +170,15 @@ def cluster_result(
     )
 
 
-def replica_table(replicas: list[Replica], requests: pd.DataFrame, duration: float) -> pd.DataFrame:
-    """One row per replica: its load, throughput, utilization, KV use and TTFT."""
-    per_s = (lambda x: float(x) / duration) if duration > 0 else (lambda x: float("nan"))
+def replica_table(
+    replicas: list[Replica],
+    requests: pd.DataFrame,
+    duration: float,
+    serving_s: np.ndarray | None = None,
+) -> pd.DataFrame:
+    """One row per replica: its load, throughput, utilization, KV use and TTFT; the rates and
+    shares over the run's ``duration``, or over each replica's own time serving
+    (``serving_s[index]``: an autoscaled fleet's replicas come and go)."""
     finished = requests["status"].to_numpy() == "finished"
     where = requests["replica"].to_numpy()
     disaggregated = "decode_replica" in requests
@@ -182,6 +189,8 @@ def replica_table(replicas: list[Replica], requests: pd.DataFrame, duration: flo
     for r in replicas:
         k, rec = r.index, r.server.recorder
         stats = rec.step_stats
+        span = duration if serving_s is None else float(serving_s[k])
+        per_s = _per(span)
         # a prefill replica's requests are those it prefilled (they finish on a decode one)
         done = int((finished & ((first_on if r.role == "prefill" else where) == k)).sum())
         mine = ttft[(first_on == k) & finished] if r.role != "decode" else ttft[:0]
@@ -200,13 +209,18 @@ def replica_table(replicas: list[Replica], requests: pd.DataFrame, duration: flo
                 "saturated_share": per_s(stats.saturated_s),
                 "request_throughput": per_s(done),
                 "output_token_throughput": per_s(rec.num_tokens),
-                # as in the run summary: time-weighted over the whole run
-                "kv_utilization_mean": per_s(stats.kv_time) if duration > 0 else 0.0,
+                # as in the run summary: time-weighted over the whole run (or its service)
+                "kv_utilization_mean": per_s(stats.kv_time) if span > 0 else 0.0,
                 "ttft_mean_s": float(mine.mean()) if mine.size else float("nan"),
                 "num_preemptions": stats.num_preemptions,
             }
         )
     return pd.DataFrame(rows, columns=REPLICA_COLUMNS)
+
+
+def _per(span: float) -> Callable[[float], float]:
+    """Per second of ``span`` (NaN for an empty span)."""
+    return (lambda x: float(x) / span) if span > 0 else (lambda x: float("nan"))
 
 
 def _imbalance(work: np.ndarray) -> float:
@@ -215,16 +229,30 @@ def _imbalance(work: np.ndarray) -> float:
     return float(work.max() / mean) if mean > 0 else float("nan")
 
 
-def cluster_summary(table: pd.DataFrame, requests: pd.DataFrame) -> dict[str, Any]:
+def cluster_summary(
+    table: pd.DataFrame, requests: pd.DataFrame, serving_s: np.ndarray | None = None
+) -> dict[str, Any]:
     """Cluster-wide figures beside a run's summary; KV utilization becomes the mean over
-    replicas (each time-weighted over the whole run)."""
+    replicas (each time-weighted over the whole run). With ``serving_s`` (an autoscaled
+    fleet: ``replica_table``'s), means are weighted by each replica's time serving, and the
+    load imbalance compares work per second served."""
+    weights = None if serving_s is None else serving_s[table["replica"].to_numpy()]
+
+    def mean(col: str) -> float:
+        if weights is None:
+            return float(table[col].mean())
+        values = table[col].to_numpy(float)
+        served = weights > 0
+        total = weights[served].sum()
+        return float(values[served] @ weights[served] / total) if total > 0 else float("nan")
+
     out: dict[str, Any] = {
         "num_replicas": len(table),
-        "kv_utilization_mean": float(table["kv_utilization_mean"].mean()),
-        "utilization_mean": float(table["utilization"].mean()),
+        "kv_utilization_mean": mean("kv_utilization_mean"),
+        "utilization_mean": mean("utilization"),
         "utilization_max": float(table["utilization"].max()),
-        "saturated_share": float(table["saturated_share"].mean()),  # as kv_utilization_mean
-        "saturated_share_mean": float(table["saturated_share"].mean()),
+        "saturated_share": mean("saturated_share"),  # as kv_utilization_mean
+        "saturated_share_mean": mean("saturated_share"),
         "saturated_share_max": float(table["saturated_share"].max()),
     }
     roles = list(dict.fromkeys(table["role"]))
@@ -232,7 +260,12 @@ def cluster_summary(table: pd.DataFrame, requests: pd.DataFrame) -> dict[str, An
         key = "load_imbalance" if role == "colocated" else f"{role}_load_imbalance"
         # the work done: with continuous batching a replica is busy whenever it holds a
         # request, so busy time hides how unevenly the work was spread
-        out[key] = _imbalance(table.loc[table["role"] == role, "num_tokens"].to_numpy(float))
+        mine = (table["role"] == role).to_numpy()
+        work = table.loc[mine, "num_tokens"].to_numpy(float)
+        if weights is not None:  # a replica that served for less did less
+            served = weights[mine] > 0
+            work = work[served] / weights[mine][served]
+        out[key] = _imbalance(work)
     if "kv_transfer_s" in requests:
         kv = requests["kv_transfer_s"].to_numpy()
         kv = kv[~np.isnan(kv)]
