@@ -141,3 +141,27 @@ def test_speculation_in_a_cluster_is_still_refused_in_one_line() -> None:
     with pytest.raises(InputError, match="speculative: not supported with cluster") as err:
         validate(cfg, "s.yaml")
     assert len(str(err.value).splitlines()) == 1
+
+
+def test_ranks_with_a_cache_one_request_fills_serve_every_request_that_fits() -> None:
+    # found by random scenarios: a request with all but its last token cached was padded to
+    # 1 + k rows past the 60-token cache; the rank stopped with "empty step with work
+    # pending". Drafts now stop at the cache (vLLM's stop at max_model_len)
+    cfg = {
+        "name": "tight",
+        "seed": 970507,
+        "scheduler": {"policy": "vllm-v1", "max_num_batched_tokens": 64, "max_num_seqs": 4,
+                      "num_blocks": 60, "block_size": 1, "enable_prefix_caching": True},
+        "cost_model": {"type": "roofline", "model": "llama-3-8b", "hardware": "h100-sxm"},
+        "workload": {
+            "num_requests": 218,
+            "arrival": {"process": "constant", "rate": 50.0},
+            "prompt_len": {"dist": "uniform", "low": 1, "high": 300},
+            "output_len": {"dist": "lognormal", "mu": 3.0, "sigma": 1.0, "min": 1, "max": 500},
+        },
+        "parallel": {"data_parallel_size": 2},
+        "speculative": {"num_speculative_tokens": 1, "acceptance": {"rate": 0.7}},
+    }  # fmt: skip
+    result = run(cfg)
+    fits = result.requests["status"] == "finished"
+    assert fits.sum() == 26 and (result.requests.loc[~fits, "status"] == "rejected").all()

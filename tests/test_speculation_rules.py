@@ -99,3 +99,48 @@ def test_update_without_a_plan_is_an_error_in_both_modes() -> None:
 def test_a_negative_k_is_refused() -> None:
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         sched(num_speculative_tokens=-1)
+
+
+def test_drafts_stop_at_max_model_len_minus_one_as_vllm_caps_them() -> None:
+    # vLLM: num_new_tokens <= max_model_len - 1 - num_computed (sched.py:852-856)
+    s = sched(num_speculative_tokens=3, accept=always(3), max_model_len=14)
+    seq = Sequence("a", 10, 4)  # 14 tokens in all: within the limit
+    s.add(seq)
+    s.schedule()
+    s.update()  # 11 tokens, 10 computed
+    plan = s.schedule()
+    assert plan.num_scheduled_tokens == {"a": 3} and plan.drafts == {seq: 2}  # 13 - 10
+    assert s.update() == [seq] and seq.num_output == 4
+
+
+def run_until_done(s: StepScheduler, limit: int = 20) -> int:
+    """Steps until a sequence finishes; fails if none does within ``limit`` steps."""
+    for step in range(1, limit + 1):
+        s.schedule()
+        if s.update():
+            return step
+    raise AssertionError(f"nothing finished in {limit} steps")
+
+
+def test_drafts_never_outgrow_the_cache_so_a_request_that_fits_is_served() -> None:
+    # 4 blocks of 4: a 16-token request fits, but a last decode with 3 drafts would need 18
+    # slots; with no max_model_len the cache is the limit (vLLM's is never above it)
+    s = StepScheduler.vllm_v1(4, 4, 8, 64, num_speculative_tokens=3, accept=always(0))
+    seq = Sequence("a", 12, 5)
+    s.add(seq)
+    run_until_done(s)
+    assert seq.num_output == 5 and s.num_preemptions == 0
+
+
+def test_a_hit_whose_padded_admission_cannot_fit_is_admitted_unpadded() -> None:
+    # a prefix hit covering all but the last token pads an admission to 1 + k rows: 12 + 5
+    # slots, more than the 4-block cache holds; it runs its one token instead
+    s = StepScheduler.vllm_v1(4, 4, 8, 64, num_speculative_tokens=4, accept=always(0))
+    a = Sequence("a", 13, 1, prompt_runs=((0, 13),))
+    b = Sequence("b", 13, 1, prompt_runs=((0, 13),))
+    s.add(a)
+    run_until_done(s)
+    s.add(b)
+    plan = s.schedule()
+    assert plan.num_scheduled_tokens == {"b": 1} and not plan.drafts
+    assert s.update() == [b] and b.num_cached_tokens == 12

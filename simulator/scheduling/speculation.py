@@ -32,6 +32,7 @@ class Speculation:
     """The scheduler's steps with drafts or in-flight batches (mixed into ``StepScheduler``)."""
 
     blocks: KVManager
+    max_model_len: int
     sample_fn: Sampler | None
     eos_token_id: int | None
     num_speculative_tokens: int
@@ -74,6 +75,12 @@ class Speculation:
         if not isinstance(k, int) or isinstance(k, bool) or k < 0:
             raise ValueError(f"num_speculative_tokens must be an integer >= 0, got {k!r}")
         self.num_speculative_tokens = k
+        # vLLM schedules no position past max_model_len - 1, and its cache holds max_model_len
+        # tokens; with no limit given the cache is the limit: drafts never outgrow it
+        cache = self.blocks.num_blocks * self.blocks.block_size
+        limit = self.max_model_len
+        self._token_cap = min(limit - 1, cache) if limit else cache
+        """Most tokens a sequence may have computed once a step with drafts is applied."""
         """Draft tokens a decoding sequence verifies per step (0: no speculation)."""
         self.accept_fn = accept
         """How many drafts a verify step accepts (None: none)."""

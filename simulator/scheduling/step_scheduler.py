@@ -16,14 +16,13 @@ The flags, and what each changes:
   running sequence with the largest such key (dropped from the plan if already in it);
 - ``enable_prefix_caching``: an admitted sequence starts from its prefix-cache hit;
 - ``num_speculative_tokens``: speculative decoding, ``k`` drafts verified per decode step
-  (``speculation.py``; an ``accept`` callable says how many are accepted);
+  (``speculation.py``; ``accept`` says how many are accepted; none past ``max_model_len``);
 - ``async_scheduling``: step ``n + 1`` is planned before step ``n`` is applied
   (``speculation.py``): ``schedule()`` may be called again before ``update()``, which then
   applies the oldest plan.
 
-A plain object with no clock, no randomness and no I/O: the engine calls ``schedule()``, lets
-the cost model time the step, then calls ``update()`` (or takes the fast path of
-``fast_step.py``, which gives the same steps).
+A plain object with no clock, randomness or I/O: the engine calls ``schedule()``, times the step
+with the cost model, then calls ``update()`` (or the fast path of ``fast_step.py``: same steps).
 """
 
 from __future__ import annotations
@@ -232,6 +231,11 @@ class StepScheduler(Intake, Speculation, TierLoads, FastSteps, Scheduler):
                     i += 1  # async: the step in flight reaches max_tokens for sure
                     continue
                 n += seq.spec_drafts + p
+                if c + n > self._token_cap:  # drafts cut at the cache or max_model_len
+                    n = self._token_cap - c
+                    if n <= 0:
+                        i += 1
+                        continue
             if 0 < cap < n:
                 n = cap
             if n > budget:
@@ -315,7 +319,7 @@ class StepScheduler(Intake, Speculation, TierLoads, FastSteps, Scheduler):
             start = len(hits) * blocks.block_size if caching else seq.num_computed
             n = seq.num_tokens - start
             padded = False
-            if pad and n == 1 and (num_running or start):
+            if pad and n == 1 and (num_running or start) and start + 1 + k <= self._token_cap:
                 if 1 + k > budget:
                     break
                 n, padded = 1 + k, True

@@ -93,6 +93,7 @@ def make_replay_scheduler(
         num_speculative_tokens=c.get("num_speculative_tokens", 0),
         accept=accept,
         async_scheduling=c.get("async_scheduling", False),
+        max_model_len=c["max_model_len"],
     )
 
 
