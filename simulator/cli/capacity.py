@@ -91,8 +91,9 @@ def check_search_args(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     """Find the highest arrival rate (or trace time_scale) at which the scenario meets the
     SLO: bracketing then bisection to --tolerance, probes that can no longer meet the SLO cut
-    short. Writes capacity.json (capacity, bracket, every probe), probes.parquet and a figure
-    of latency against load."""
+    short; when the first load misses, the requests are first sent one at a time, and if even
+    that misses there is no capacity. Writes capacity.json (capacity, bracket, every probe),
+    probes.parquet and a figure of latency against load."""
     from simulator.explore.backends import check_backend
     from simulator.explore.driver import drive
     from simulator.explore.estimate import seeded_capacity
