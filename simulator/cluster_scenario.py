@@ -104,8 +104,6 @@ def build_cluster(
     or dropped as ``steps`` says)."""
     cluster = cfg.cluster
     assert cluster is not None
-    if cfg.serving != type(cfg.serving)():
-        raise InputError("serving: serving overheads are not simulated in a cluster yet")
     if cfg.workload.concurrency_caps is not None:
         raise InputError(
             "workload.max_concurrency: a closed loop is not simulated in a cluster yet"
@@ -141,6 +139,7 @@ def build_cluster(
         percentiles=cfg.metrics.percentiles,
         steps=steps,
         shared_kv=cluster.shared_kv,
+        serving=cfg.serving,
     )
 
 
@@ -170,6 +169,7 @@ def _autoscaled(cfg: ScenarioConfig, workload: Workload, **options: Any) -> Clus
         cost_per_hour=cluster.autoscaler.cost_per_hour,
         routing_delay_s=cluster.routing_delay_ms * 1e-3,
         affinity_margin=cluster.affinity_margin,
+        serving=cfg.serving,
         **options,
     )
 

@@ -87,12 +87,22 @@ SINGLE_CASES = [
             "block_size": 16,
         }
     },
+    {  # a vLLM stack's serving overheads around the steps
+        "serving": {
+            "frontend_delay_ms": 3,
+            "step_cpu_ms": 4,
+            "step_cpu_per_seq_us": 60,
+            "response_delay_ms": 2,
+        }
+    },
 ]
 
 
 @pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
 @pytest.mark.parametrize(
-    "over", SINGLE_CASES, ids=["linear", "roofline", "fitted", "ties", "vllm-v1", "rejects"]
+    "over",
+    SINGLE_CASES,
+    ids=["linear", "roofline", "fitted", "ties", "vllm-v1", "rejects", "serving"],
 )
 def test_one_replica_gives_the_single_server_tables_bit_for_bit(
     over: dict[str, Any], router: str
@@ -410,12 +420,35 @@ def test_a_closed_loop_in_a_cluster_is_refused_in_one_line(
     assert len(err.splitlines()) == 1
     assert "workload.max_concurrency: a closed loop is not simulated in a cluster yet" in err
     assert not (tmp_path / "out").exists()
-    cfg = clustered({"replicas": 2}, serving={"step_cpu_ms": 1})
-    path.write_text(yaml.safe_dump(cfg))
-    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
-    assert (
-        "serving: serving overheads are not simulated in a cluster yet" in capsys.readouterr().err
-    )
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+def test_a_front_end_and_response_delay_shift_every_request_by_their_sum(router: str) -> None:
+    # a constant delay before each request reaches its engine moves the whole run by it (the
+    # same routing, steps and tokens, later); the response delay then adds to TTFT and E2E
+    plain = simulator.run(clustered({"replicas": 3, "router": router}))
+    serving = {"frontend_delay_ms": 7, "response_delay_ms": 2}
+    late = simulator.run(clustered({"replicas": 3, "router": router}, serving=serving))
+    a, b = plain.requests, late.requests
+    assert (a["replica"] == b["replica"]).all()
+    assert b["queued_s"].to_numpy() == pytest.approx(b["arrival_s"].to_numpy() + 0.007)
+    assert (b["ttft_s"] - a["ttft_s"]).to_numpy() == pytest.approx(np.full(len(a), 0.009))
+    assert (b["e2e_s"] - a["e2e_s"]).to_numpy() == pytest.approx(np.full(len(a), 0.009))
+    assert b["tpot_s"].to_numpy() == pytest.approx(a["tpot_s"].to_numpy(), nan_ok=True)
+    steps = (late.steps["start_s"] - plain.steps["start_s"]).to_numpy()
+    assert steps == pytest.approx(np.full(len(steps), 0.007))
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_each_replicas_steps_carry_the_cpus_share(overlap: bool) -> None:
+    # GPU 5 ms a step; the CPU's 8 ms overlap it under async scheduling (max), else add
+    serving = {"step_cpu_ms": 8, "async_scheduling": overlap}
+    cfg = clustered({"replicas": 2, "router": "least_outstanding"}, serving=serving)
+    cfg["cost_model"] = {"type": "linear", "base_ms": 5}
+    steps = simulator.run(cfg).steps
+    assert set(steps["replica"]) == {0, 1}
+    want = 0.008 if overlap else 0.013
+    assert steps["duration_s"].to_numpy() == pytest.approx(np.full(len(steps), want))
 
 
 def test_prefix_keys_follow_token_identity() -> None:

@@ -41,11 +41,12 @@ from simulator.cluster.router import Request, Router, prefix_keys
 from simulator.cluster.routers import PrefixAffinity, make_router
 from simulator.cluster.shared_tier import SharedTier
 from simulator.cluster.tables import ClusterRecords, cluster_result
-from simulator.cost import build_cost_model
+from simulator.cost import CostModelConfig, build_cost_model
 from simulator.cost.interface import CostModel
 from simulator.engine.clock import sleep_until
 from simulator.engine.result import SimulationResult
 from simulator.engine.server import Server
+from simulator.engine.serving import ServingConfig, StepWithCpu
 from simulator.engine.step_sink import make_sink
 from simulator.engine.tokens import sample, sample_many
 from simulator.errors import InputError
@@ -83,6 +84,7 @@ class Cluster:
         steps: str = "full",
         shared_kv: SharedKVConfig | None = None,
         apart: bool = True,
+        serving: ServingConfig | None = None,
     ) -> None:
         self.workload, self.slo, self.link = workload, slo, link
         self._args = {k: v for k, v in locals().items() if k not in ("self", "apart")}
@@ -99,7 +101,11 @@ class Cluster:
         streams = np.random.SeedSequence(seed).spawn(3)
         self.router = make_router(router, np.random.default_rng(streams[1]), affinity_margin)
         self.decode_router = make_router(router, np.random.default_rng(streams[2]), affinity_margin)
-        self.routing_delay_s = routing_delay_s
+        # the replica's front end follows the router's delay: routed as its engine takes it in
+        self.serving = serving or ServingConfig()
+        self.routing_delay_s = routing_delay_s + self.serving.frontend_delay_ms * 1e-3
+        self.records.queue_delay_s = self.routing_delay_s
+        self.records.response_delay_s = self.serving.response_delay_ms * 1e-3
         for router_ in (self.router, self.decode_router):
             if isinstance(router_, PrefixAffinity) and shared_kv is not None:
                 router_.shared_margin = shared_kv.affinity_margin  # it asks the shared tier
@@ -132,11 +138,16 @@ class Cluster:
         steps: str,
     ) -> None:
         try:
-            cost = build_cost_model(spec.cost_model)
+            cost = self.cost_model(spec.cost_model)
         except InputError as err:
             raise InputError(f"{spec.field}.{err}") from None
         for _ in range(spec.count):
             self.replicas.append(self._replica(spec, cost, progress, fast_decode, steps))
+
+    def cost_model(self, config: CostModelConfig) -> CostModel:
+        """A replica's step times: its GPUs', with the CPU's share of each step (``serving``)."""
+        cost = build_cost_model(config)
+        return StepWithCpu(cost, self.serving) if self.serving.has_step_cpu else cost
 
     def _replica(
         self,

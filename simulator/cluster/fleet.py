@@ -46,7 +46,6 @@ from simulator.cluster.gauge import Gauge
 from simulator.cluster.replica import Replica
 from simulator.cluster.tables import cluster_result, cluster_summary, replica_table
 from simulator.cluster.timed_samples import TimedSamples
-from simulator.cost import build_cost_model
 from simulator.engine.result import SimulationResult
 from simulator.workload.workload import Workload
 
@@ -106,7 +105,7 @@ class AutoscaledCluster(Cluster):
         self._epoch_end = -INF  # routing up front: the requests before it are routed
         self._queue: deque[tuple[float, int, Replica]] = deque()  # ... and wait here
         self._times: list[deque[float]] = [deque() for _ in self.replicas]  # per replica
-        self._cost = build_cost_model(group.cost_model)
+        self._cost = self.cost_model(group.cost_model)
 
     # -- replicas ------------------------------------------------------------------------------
 

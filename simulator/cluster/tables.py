@@ -67,6 +67,11 @@ class ClusterRecords:
         """When its transfer got the link."""
         self.kv_end = array("d", [nan]) * m
         """When its transfer ended (ready + wait + bytes / bandwidth + latency)."""
+        self.queue_delay_s = 0.0
+        """From a request's arrival to its entry in a replica's engine queue (routing, front
+        end)."""
+        self.response_delay_s = 0.0
+        """From a sampled token to the client (``serving.response_delay_ms``)."""
 
     def recorder_for(self, num_blocks: int, sink: StepSink) -> Recorder:
         """A new replica's recorder (sharing the per-request records of the first)."""
@@ -142,6 +147,8 @@ def cluster_result(
         prefill_preemptions = np.zeros(len(workload), dtype=np.int64)
     requests = build_requests(
         workload,
+        queued=np.asarray(workload.arrival_s, dtype=np.float64) + records.queue_delay_s,
+        response_delay=records.response_delay_s,
         first_scheduled=np.array(rec.first_scheduled),
         first_token=np.array(rec.first_token),
         finish=np.array(rec.finish),
