@@ -72,6 +72,10 @@ def whole_scenario(draw: st.DrawFn) -> dict[str, Any]:
         "workload": workload,
     }
     layout = draw(st.sampled_from(["server", "closed", "clients", "cluster", "disaggregated"]))
+    if draw(st.booleans()):  # a vLLM stack's overheads: the CPU's share of every step
+        cfg["serving"] = {"step_cpu_ms": 2.5, "step_cpu_per_seq_us": 40.0}
+        if layout not in ("closed", "clients"):  # delays: open loop only
+            cfg["serving"].update(frontend_delay_ms=1.5, response_delay_ms=0.5)
     if layout == "closed":
         workload["max_concurrency"] = draw(st.integers(1, 8))
     elif layout == "clients":  # the cap changes while the windows run
