@@ -379,3 +379,47 @@ def test_blocks_stay_accounted_for_while_loads_come_and_go(seed: int) -> None:
     off = sched.blocks.offload
     assert off is not None and not off.stored and not off.loading
     assert num_loads > 0  # the tier served some prefixes
+
+
+def test_a_resumed_prompt_of_its_own_loads_from_the_cpu_tier_and_gives_its_blocks_back() -> None:
+    # found by random scenarios: a preempted request with a prompt of its own, resumed with
+    # some blocks still in GPU KV and the rest loaded from the CPU tier, gave its hit blocks
+    # back without dropping their references; the pool then counted them free and held at
+    # once, blocks_used went negative and two such requests evicted each other's loads
+    # forever. Every request now finishes, with the blocks counted within the cache.
+    import signal
+
+    cfg = {
+        "name": "own-prompts-offload",
+        "seed": 496850,
+        "scheduler": {
+            "policy": "vllm-v1", "max_num_batched_tokens": 64, "max_num_seqs": 16,
+            "num_blocks": 400, "block_size": 1,
+            "kv_offload": {"cpu": {"size_gb": 1.0, "bandwidth_gb_s": 10.0,
+                                   "host_memory_gb": 100}, "kv_bytes_per_token": 131072},
+        },
+        "cost_model": {"type": "linear", "base_ms": 5.0, "per_token_ms": 0.1,
+                       "per_seq_ms": 0.1, "per_context_token_ms": 0.001},
+        "workload": {
+            "num_requests": 234,
+            "arrival": {"process": "poisson", "rate": "inf"},
+            "prompt_len": {"dist": "lognormal", "mu": 4.0, "sigma": 1.0, "min": 1, "max": 2000},
+            "output_len": {"dist": "uniform", "low": 1, "high": 100},
+        },
+    }  # fmt: skip
+
+    def stuck(signum: int, frame: object) -> None:
+        raise TimeoutError("the run did not end in 60 s")
+
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(60)
+    try:
+        result = run(cfg)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    status = result.requests["status"]
+    assert (status == "finished").sum() == 230 and (status == "rejected").sum() == 4
+    used = result.steps["blocks_used"]
+    assert used.min() >= 0 and used.max() <= 400
+    assert result.summary["num_steps"] < 10_000

@@ -265,7 +265,10 @@ class KVManager:
         if self.num_needed(seq, (len(hits) + num_loaded) * self.block_size, hits) > self.num_free:
             return False
         pool.touch(hits)
-        self.tables[seq] = list(hits) + pool.take(num_loaded)
+        own = seq.prompt_runs is None  # its references unwritten but for its hits, as admit()
+        if own:
+            self.counted[seq] = len(hits)
+        self.tables[seq] = list(hits) + pool.take(num_loaded, not own)
         seq.num_blocks = len(self.tables[seq])
         self.cached[seq] = len(hits)
         self.pool_changed()
