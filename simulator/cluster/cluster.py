@@ -94,21 +94,15 @@ class Cluster:
         )
         self.kv_bytes_per_token, self.percentiles = kv_bytes_per_token, percentiles
         self.env, self.progress = simpy.Environment(), progress
-        self.records = ClusterRecords(workload, any(g.role != "colocated" for g in groups))
-        self.handover = Handover(workload, self.records)
-        """Each request as a replica takes it, and a replica's share on its clock."""
-        # the workload's stream is child 0, as in a single-server run
-        streams = np.random.SeedSequence(seed).spawn(3)
-        self.router = make_router(router, np.random.default_rng(streams[1]), affinity_margin)
-        self.decode_router = make_router(router, np.random.default_rng(streams[2]), affinity_margin)
         # the replica's front end follows the router's delay: routed as its engine takes it in
         self.serving = serving or ServingConfig()
         self.routing_delay_s = routing_delay_s + self.serving.frontend_delay_ms * 1e-3
-        self.records.queue_delay_s = self.routing_delay_s
-        self.records.response_delay_s = self.serving.response_delay_ms * 1e-3
-        for router_ in (self.router, self.decode_router):
-            if isinstance(router_, PrefixAffinity) and shared_kv is not None:
-                router_.shared_margin = shared_kv.affinity_margin  # it asks the shared tier
+        delays = (self.routing_delay_s, self.serving.response_delay_ms * 1e-3)
+        disaggregated = any(g.role != "colocated" for g in groups)
+        self.records = ClusterRecords(workload, disaggregated, *delays)
+        self.handover = Handover(workload, self.records)
+        """Each request as a replica takes it, and a replica's share on its clock."""
+        self._routers(router, seed, affinity_margin, shared_kv)
         num_entry = sum(g.count for g in groups if g.role != "decode")
         self.by_state = self.router.reads_state and (num_entry > 1 or self.resizes)
         """Route at each routing instant (the router reads state) rather than up front."""
@@ -129,6 +123,18 @@ class Cluster:
         for r in self.entry:
             groups_of.setdefault(r.group, []).append(r)
         self._entry_groups = list(groups_of.values())
+
+    def _routers(
+        self, router: str, seed: int, margin: int, shared_kv: SharedKVConfig | None
+    ) -> None:
+        """The router of arrivals and that of prefilled requests, each with its stream."""
+        # the workload's stream is child 0, as in a single-server run
+        streams = np.random.SeedSequence(seed).spawn(3)
+        self.router = make_router(router, np.random.default_rng(streams[1]), margin)
+        self.decode_router = make_router(router, np.random.default_rng(streams[2]), margin)
+        for router_ in (self.router, self.decode_router):
+            if isinstance(router_, PrefixAffinity) and shared_kv is not None:
+                router_.shared_margin = shared_kv.affinity_margin  # it asks the shared tier
 
     def _add_group(
         self,

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from simulator.cluster.autoscaler import AutoscalerConfig
 from simulator.cost import CostModelConfig
+from simulator.engine.serving import HOUR_MS
 from simulator.scheduling.config import SchedulerConfig
 
 
@@ -93,7 +94,7 @@ class ClusterConfig(_Model):
     subclass by import path (``module:Class``) or registered in
     ``simulator.cluster.routers.ROUTERS``. Under disaggregation it picks the
     prefill replica at arrival and the decode replica when the prefill ends."""
-    routing_delay_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    routing_delay_ms: float = Field(default=0.0, ge=0, le=HOUR_MS, allow_inf_nan=False)
     """Time between a request's arrival and its routing (and hand-over to the replica), ms."""
     affinity_margin: int = Field(default=4, ge=0)
     """``prefix_affinity``: how many more requests in flight than the least loaded replica the

@@ -44,7 +44,13 @@ class ClusterRecords:
     """What a cluster records beside its replicas' recorders: where each request went and,
     disaggregated, its KV transfer."""
 
-    def __init__(self, workload: Workload, disaggregated: bool = False) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        disaggregated: bool = False,
+        queue_delay_s: float = 0.0,
+        response_delay_s: float = 0.0,
+    ) -> None:
         n = len(workload)
         self.workload = workload
         self.recorder: Recorder | None = None
@@ -67,10 +73,10 @@ class ClusterRecords:
         """When its transfer got the link."""
         self.kv_end = array("d", [nan]) * m
         """When its transfer ended (ready + wait + bytes / bandwidth + latency)."""
-        self.queue_delay_s = 0.0
+        self.queue_delay_s = queue_delay_s
         """From a request's arrival to its entry in a replica's engine queue (routing, front
         end)."""
-        self.response_delay_s = 0.0
+        self.response_delay_s = response_delay_s
         """From a sampled token to the client (``serving.response_delay_ms``)."""
 
     def recorder_for(self, num_blocks: int, sink: StepSink) -> Recorder:

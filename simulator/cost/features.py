@@ -65,13 +65,13 @@ class FeatureScales(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    matmul_ms_per_token: float = Field(gt=0)
+    matmul_ms_per_token: float = Field(gt=0, allow_inf_nan=False)
     """Dense-matmul time of one token at peak FLOP/s, per GPU (``2 * params / tp / peak``), ms."""
-    weight_read_ms: float = Field(gt=0)
+    weight_read_ms: float = Field(gt=0, allow_inf_nan=False)
     """Time to stream the weights once from HBM at peak bandwidth, per GPU, ms."""
-    attention_ms_per_pair: float = Field(gt=0)
+    attention_ms_per_pair: float = Field(gt=0, allow_inf_nan=False)
     """Attention time (QK^T and AV) of one query-key pair over all layers at peak, per GPU, ms."""
-    kv_read_ms_per_token: float = Field(gt=0)
+    kv_read_ms_per_token: float = Field(gt=0, allow_inf_nan=False)
     """Time to read one token's K and V over all layers at peak bandwidth, per GPU, ms."""
     knee_tokens: int | None = Field(default=None, gt=0)
     """Step size (tokens) at which ``gemm_large`` is half in: it adds ``s(T)`` x the step's

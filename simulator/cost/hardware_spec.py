@@ -26,13 +26,13 @@ class HardwareSpec(BaseModel):
     """Short identifier, e.g. ``a100-80gb``."""
     source: str
     """Where the numbers come from (vendor datasheet)."""
-    peak_flops: float = Field(gt=0)
+    peak_flops: float = Field(gt=0, allow_inf_nan=False)
     """Dense (no sparsity) bf16 tensor-core FLOP/s of one GPU."""
-    peak_flops_fp8: float | None = Field(default=None, gt=0)
+    peak_flops_fp8: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Dense fp8 tensor-core FLOP/s; None: the GPU has no fp8 tensor cores."""
-    peak_flops_fp4: float | None = Field(default=None, gt=0)
+    peak_flops_fp4: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Dense fp4 tensor-core FLOP/s; None: the GPU has no fp4 tensor cores."""
-    hbm_bandwidth: float = Field(gt=0)
+    hbm_bandwidth: float = Field(gt=0, allow_inf_nan=False)
     """HBM bandwidth of one GPU, bytes/s."""
     memory_bytes: int = Field(gt=0)
     """HBM capacity of one GPU, bytes (presets use decimal GB: 80 GB = 80e9, unless the source
@@ -41,7 +41,7 @@ class HardwareSpec(BaseModel):
     """The GPU-to-GPU link, e.g. ``NVLink 4`` or ``PCIe Gen5 x16``."""
     interconnect_bandwidth: float | None = Field(default=None, gt=0)
     """Per-GPU one-way bandwidth of the link tensor-parallel all-reduces use, bytes/s."""
-    allreduce_latency_us: float | None = Field(default=None, ge=0)
+    allreduce_latency_us: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     """Fixed latency of one small all-reduce between these GPUs, microseconds."""
     cost_per_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Dollars per GPU-hour (on-demand cloud rental), for ``servesim search``'s cost columns;

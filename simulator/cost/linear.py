@@ -20,13 +20,13 @@ class LinearCostConfig(BaseModel):
 
     type: Literal["linear"] = "linear"
     """Discriminator of the cost-model union."""
-    base_ms: float = Field(default=0.0, ge=0)
+    base_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """Fixed cost of every step (launch, scheduling, sampling), ms."""
-    per_token_ms: float = Field(default=0.0, ge=0)
+    per_token_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """Cost per computed token (sum of ``new_tokens``), ms."""
-    per_seq_ms: float = Field(default=0.0, ge=0)
+    per_seq_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """Cost per scheduled sequence, ms."""
-    per_context_token_ms: float = Field(default=0.0, ge=0)
+    per_context_token_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """Cost per token already in KV cache (attention reads), ms."""
 
     @model_validator(mode="after")

@@ -62,7 +62,7 @@ class ProfiledCostConfig(BaseModel):
     interconnect_bandwidth: float | None = Field(default=None, gt=0)
     """Per-GPU one-way link bandwidth for the ring all-reduces, bytes/s; default: the
     hardware preset's (with neither, ``tp > 1`` leaves the all-reduces out, with a warning)."""
-    allreduce_latency_us: float | None = Field(default=None, ge=0)
+    allreduce_latency_us: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     """Fixed latency of one all-reduce, microseconds; default: the hardware preset's, else 0."""
     weight_dtype: Dtype | None = None
     """Dtype of the weights the profile was measured with, overriding the model's: the KV

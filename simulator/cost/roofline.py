@@ -39,11 +39,11 @@ class RooflineCostConfig(BaseModel):
     """Achieved fraction of ``peak_flops``."""
     memory_efficiency: float = Field(default=0.8, gt=0, le=1)
     """Achieved fraction of ``hbm_bandwidth``."""
-    overhead_ms: float = Field(default=2.0, ge=0)
+    overhead_ms: float = Field(default=2.0, ge=0, allow_inf_nan=False)
     """Fixed per-step cost outside the roofline (launches, scheduling, sampling), ms."""
     interconnect_bandwidth: float | None = Field(default=None, gt=0)
     """Per-GPU one-way link bandwidth for ring all-reduce, bytes/s; ``None`` ignores it."""
-    allreduce_latency_us: float = Field(default=0.0, ge=0)
+    allreduce_latency_us: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """Fixed latency of one all-reduce (two per layer when ``tp > 1``), microseconds."""
     weight_dtype: Dtype | None = None
     """Dtype of the linear layers' weights (bf16, fp16, fp8, fp4), overriding the model's;

@@ -13,6 +13,8 @@ from simulator.cost.interface import CostModel
 
 _MS = 1e-3
 _US = 1e-6
+HOUR_MS = 3_600_000.0
+"""The most a serving delay may be: an hour (milliseconds of a web stack, not a queue)."""
 
 
 class ServingConfig(BaseModel):
@@ -21,17 +23,17 @@ class ServingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    frontend_delay_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    frontend_delay_ms: float = Field(default=0.0, ge=0, le=HOUR_MS, allow_inf_nan=False)
     """From a request's arrival at the API server to its entry in the engine's waiting queue
     (HTTP, tokenization, input processing, IPC to the engine), ms. Counts in TTFT and E2E."""
-    step_cpu_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    step_cpu_ms: float = Field(default=0.0, ge=0, le=HOUR_MS, allow_inf_nan=False)
     """CPU time of every step (scheduling, input preparation, output processing), ms."""
-    step_cpu_per_seq_us: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    step_cpu_per_seq_us: float = Field(default=0.0, ge=0, le=HOUR_MS * 1e3, allow_inf_nan=False)
     """CPU time per scheduled sequence of a step (its share of the same work), microseconds."""
     async_scheduling: bool = True
     """The CPU prepares a step while the GPU runs the previous one (vLLM's async scheduling,
     vLLM 0.19's default): a step takes ``max(GPU, CPU)``; False: ``GPU + CPU``."""
-    response_delay_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    response_delay_ms: float = Field(default=0.0, ge=0, le=HOUR_MS, allow_inf_nan=False)
     """From a token's sampling at the end of a step to the client receiving it
     (detokenization, output processing, streaming), ms. Counts in TTFT and E2E, not in TPOT."""
 
