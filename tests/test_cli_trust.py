@@ -295,13 +295,19 @@ def test_a_trace_that_is_not_there_is_one_line_before_anything_runs(
         ("cost_model.per_context_token_ms", ".inf", "Input should be a finite number"),
         ("serving.frontend_delay_ms", "1e12", "less than or equal to 3600000"),
         ("serving.response_delay_ms", ".inf", "finite number"),
+        (
+            "speculative",
+            "{num_speculative_tokens: 1000000000000, acceptance: {rate: 0.5}}",
+            "less than or equal to 64",
+        ),
     ],
 )
 def test_an_infinite_cost_or_an_endless_delay_is_one_line_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: str, why: str
 ) -> None:
     # found by mutated scenarios: an infinite per-token cost ran to a NaN step time and a
-    # traceback; a front end of 1e12 ms kept an autoscaled fleet deciding for 30,000 years
+    # traceback; a front end of 1e12 ms kept an autoscaled fleet deciding for 30,000 years;
+    # 1e12 drafts a step built a list of 1e12 acceptance probabilities
     data = {**SMALL, "cost_model": {"type": "linear", "base_ms": 5.0}}
     path = write(tmp_path, data)
     out = tmp_path / "out"

@@ -55,8 +55,9 @@ class SpeculativeConfig(BaseModel):
     """Who proposes the drafts: prompt lookup (``ngram``, no GPU work), the model's MTP
     layers, an EAGLE head or a separate draft model (their forward passes cost
     ``draft_cost``)."""
-    num_speculative_tokens: int = Field(ge=0)
-    """Draft tokens per decode step, ``k`` (0: no speculation, the same run as without)."""
+    num_speculative_tokens: int = Field(ge=0, le=64)
+    """Draft tokens per decode step, ``k`` (0: no speculation, the same run as without; at
+    most 64, far past what vLLM's drafters propose: its examples use 1 to 10)."""
     acceptance: AcceptanceConfig
     """How many of them the target model accepts."""
     draft_cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
