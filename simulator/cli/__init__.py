@@ -97,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         detail = str(err).strip().splitlines()
         reason = f" ({detail[0]})" if detail else ""
         print(
-            f"servesim: error: out of memory{reason}; try a smaller workload.num_requests",
+            f"servesim: error: out of memory{reason}; try a smaller workload.num_requests "
+            "or scheduler.num_blocks",
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT

@@ -47,8 +47,8 @@ class SchedulerConfig(BaseModel):
     fitted or profiled cost model): memory x ``gpu_memory_utilization`` - weights - the
     activation peak of a ``max_num_batched_tokens`` step. A value given is checked against the
     same budget with those cost models: a deployment whose blocks do not fit is refused."""
-    block_size: int = Field(default=16, ge=1)
-    """Tokens per KV block."""
+    block_size: int = Field(default=16, ge=1, le=4096)
+    """Tokens per KV block (vLLM's default is 16; at most 4096 here)."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     """Share of GPU memory for weights, activations and KV: what ``num_blocks`` is derived
     from, or checked against when given."""
