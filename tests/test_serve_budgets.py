@@ -154,7 +154,8 @@ def test_a_deployment_left_no_kv_cache_does_not_fit(
     path.write_text(yaml.safe_dump(raw))
     argv = ["search", str(path), "--grid", "cost_model.tp=1,2", "--seeds", "1", "--jobs", "1"]
     argv += ["--slo", "ttft_p99_ms=1000"]
-    assert main([*argv, "--out", str(tmp_path / "srch")]) == 0  # plots of no point found too
+    # nothing serves: exit 1, with the table and plots of no point found written all the same
+    assert main([*argv, "--out", str(tmp_path / "srch")]) == 1
     table = pd.read_parquet(tmp_path / "srch" / "search.parquet")
     assert list(table["status"]) == ["infeasible", "infeasible"]
     assert "3.5 GB activation peak (a step of 8192 tokens)" in table["reason"].iloc[1]
