@@ -300,6 +300,9 @@ def test_a_trace_that_is_not_there_is_one_line_before_anything_runs(
             "{num_speculative_tokens: 1000000000000, acceptance: {rate: 0.5}}",
             "less than or equal to 64",
         ),
+        ("parallel.data_parallel_size", "100000", "less than or equal to 1024"),
+        ("cluster.replicas", "1000000000000", "at most 4,096 replicas are simulated"),
+        ("scheduler.block_size", "1000000000000", "less than or equal to 4096"),
     ],
 )
 def test_an_infinite_cost_or_an_endless_delay_is_one_line_exit_2(
@@ -307,7 +310,8 @@ def test_an_infinite_cost_or_an_endless_delay_is_one_line_exit_2(
 ) -> None:
     # found by mutated scenarios: an infinite per-token cost ran to a NaN step time and a
     # traceback; a front end of 1e12 ms kept an autoscaled fleet deciding for 30,000 years;
-    # 1e12 drafts a step built a list of 1e12 acceptance probabilities
+    # 1e12 drafts a step built a list of 1e12 acceptance probabilities; 1e5 data-parallel
+    # ranks ran for ever, 1e12 replicas or 1e12-token blocks ran out of memory
     data = {**SMALL, "cost_model": {"type": "linear", "base_ms": 5.0}}
     path = write(tmp_path, data)
     out = tmp_path / "out"

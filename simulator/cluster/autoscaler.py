@@ -41,8 +41,8 @@ class AutoscalerConfig(BaseModel):
     """Length of the window the metrics average over; None: ``interval_s``."""
     min_replicas: int = Field(default=1, ge=1)
     """Fewest replicas (ready or starting)."""
-    max_replicas: int = Field(default=16, ge=1)
-    """Most replicas (ready or starting)."""
+    max_replicas: int = Field(default=16, ge=1, le=4096)
+    """Most replicas (ready or starting; at most 4096, as a fixed cluster)."""
     startup_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     """Cold start of a new replica, seconds; None: derived from ``load_gb_s``."""
     load_gb_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)

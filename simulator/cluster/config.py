@@ -12,6 +12,9 @@ from simulator.cost import CostModelConfig
 from simulator.engine.serving import HOUR_MS
 from simulator.scheduling.config import SchedulerConfig
 
+MAX_REPLICAS = 4096
+"""The most replicas a cluster simulates (each holds its own scheduler and KV tables)."""
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -112,8 +115,13 @@ class ClusterConfig(_Model):
     def _some_replica(
         cls, value: int | list[ReplicaGroup] | None
     ) -> int | list[ReplicaGroup] | None:
-        if value is not None and (value if isinstance(value, int) else len(value)) < 1:
+        if value is None:
+            return value
+        total = value if isinstance(value, int) else sum(g.count for g in value)
+        if total < 1:
             raise ValueError("a cluster needs at least one replica")
+        if total > MAX_REPLICAS:
+            raise ValueError(f"{total:,}: at most {MAX_REPLICAS:,} replicas are simulated")
         return value
 
     @field_validator("router")

@@ -13,8 +13,9 @@ class ParallelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    data_parallel_size: int = Field(default=1, ge=1)
-    """Data-parallel ranks (vLLM's ``data_parallel_size``); 1 is a plain single server."""
+    data_parallel_size: int = Field(default=1, ge=1, le=1024)
+    """Data-parallel ranks (vLLM's ``data_parallel_size``); 1 is a plain single server (at
+    most 1024, each rank a scheduler stepping in lockstep)."""
     enable_expert_parallel: bool = False
     """Split the routed experts over all ``data_parallel_size x tp`` GPUs (vLLM's
     ``enable_expert_parallel``; ``profiled`` and ``roofline`` models, MoE models only): each

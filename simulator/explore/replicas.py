@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from simulator.cluster.config import MAX_REPLICAS  # the search gives up above it (``none``)
 from simulator.explore.capacity import can_run_alone, probe_error, runs_alone
 from simulator.explore.driver import Search, Unit
 from simulator.explore.estimate import alone_missed
@@ -15,8 +16,6 @@ from simulator.explore.probe import Load, ProbeSpec, run_probe
 from simulator.explore.slo import Target
 
 REPLICAS_KEY = "cluster.replicas"
-MAX_REPLICAS = 4096
-"""The search gives up above this many replicas (status ``none``)."""
 
 
 @dataclass
