@@ -178,7 +178,8 @@ def _scenario_yaml(cfg: Any, args: argparse.Namespace) -> str:
 def _summary_line(name: str, found: SeededCapacity, out: Path) -> str:
     """The answer in one line: capacity and its intervals (to the digits they support), the
     runs used, where the results are."""
-    runs = f"{found.num_probes} probes, {found.num_simulations} simulations"
+    probes, sims = found.num_probes, found.num_simulations
+    runs = f"{probes} probe{'s' * (probes != 1)}, {sims} simulation{'s' * (sims != 1)}"
     cut = sum(p["cut_short"] is not None for p in found.probes)
     runs += f" ({cut} cut short)" if cut else ""
     return f"{name}: {capacity_text(found)}; {runs}; results in {out}"
