@@ -105,6 +105,11 @@ class Capacity:
         }
 
     @property
+    def missed_alone(self) -> bool:
+        """Whether requests sent one at a time missed the target (so no load can meet it)."""
+        return any(not run["meets"] for run in self.alone)
+
+    @property
     def num_simulations(self) -> int:
         """Simulations run: the probes', and those of requests alone."""
         return len(self.probes) + len(self.alone)
@@ -182,7 +187,7 @@ def capacity_search(
         if index == 0 and not meets and can_run_alone(base, source, overrides):
             # below the first load: first ask whether any load can meet the target at all
             found.alone = yield from runs_alone(specs)
-            if not all(run["meets"] for run in found.alone):
+            if found.missed_alone:
                 found.outcome = "none"
                 return found
         level = _next_level(found, load.start)

@@ -107,7 +107,7 @@ class SeededCapacity:
         """Why there is no capacity (None when there is one)."""
         if self.outcome in _ANSWERED:
             return None
-        if all(s.outcome == "none" and s.alone for s in self.searches):
+        if all(s.outcome == "none" and s.missed_alone for s in self.searches):
             runs = [run for s in self.searches for run in s.alone]
             return "even requests sent one at a time miss it: " + alone_missed(runs)
         parts = [f"seed {seed}: {describe_outcome(s)}" for seed, s in self._by_seed()]
@@ -174,7 +174,7 @@ def describe_outcome(found: Capacity) -> str:
     if found.outcome == "unbounded":
         assert found.meets_at is not None
         return f"the SLO holds at every load tried, up to {load.describe(found.meets_at)}"
-    if found.outcome == "none" and found.alone:
+    if found.outcome == "none" and found.missed_alone:
         return "even requests sent one at a time miss it: " + alone_missed(found.alone)
     if found.outcome == "none":
         assert found.fails_at is not None

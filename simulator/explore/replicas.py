@@ -43,7 +43,7 @@ class Replicas:
         """Why no count of replicas was found (None when one was)."""
         if self.outcome == "found":
             return None
-        if self.alone:
+        if any(not run["meets"] for run in self.alone):
             return "even requests sent one at a time miss it: " + alone_missed(self.alone)
         return f"even {MAX_REPLICAS} replicas miss the SLO at {self.load.describe(self.level)}"
 
