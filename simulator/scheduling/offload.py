@@ -80,7 +80,8 @@ class Offload:
         for t, tier in enumerate(self.tiers):
             if tier is not None:
                 self.moved[2 * t] += tier.store(new) * self.bytes_per_block
-                tier.touch(hashes[:full])
+                if len(tier):  # an empty tier (of size 0, say) has nothing to reorder
+                    tier.touch(hashes[:full])
 
     def in_flight(self, hashes: list[int]) -> bool:
         """Whether a load in progress carries any of ``hashes``."""
