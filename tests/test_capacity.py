@@ -234,10 +234,24 @@ def test_a_first_load_that_misses_asks_the_requests_alone_then_searches_down(
     assert found["num_simulations"] == len(found["probes"]) + 1
 
 
-def test_a_cluster_cannot_send_requests_alone_so_its_search_halves_the_load(
+def test_a_cluster_of_identical_replicas_asks_one_replica_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = {**md1(num_requests=200), "cluster": {"replicas": 2, "router": "round_robin"}}
+    out = tmp_path / "cap"
+    argv = ["capacity", str(write(tmp_path, data)), "--slo", "ttft_p50_ms=5", "--seeds", "1"]
+    assert main([*argv, "--out", str(out), "--jobs", "1", "--no-plots"]) == 1
+    found = json.loads((out / "capacity.json").read_text())
+    assert found["status"] == "none" and found["num_simulations"] == 2
+    assert found["alone"][0]["alone"] == {"ttft_p50_ms=5": pytest.approx(SERVICE_MS)}
+    assert "even requests sent one at a time miss it" in capsys.readouterr().out
+
+
+def test_replica_groups_cannot_send_requests_alone_so_their_search_halves_the_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    groups = [{"count": 1}, {"count": 1}]  # groups may differ: which one is the best case?
+    data = {**md1(num_requests=200), "cluster": {"replicas": groups, "router": "round_robin"}}
     out = tmp_path / "cap"
     argv = ["capacity", str(write(tmp_path, data)), "--slo", "ttft_p50_ms=5", "--seeds", "1"]
     assert main([*argv, "--out", str(out), "--jobs", "1", "--no-plots"]) == 1

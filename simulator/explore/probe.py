@@ -75,8 +75,9 @@ def probe_scenario(spec: ProbeSpec) -> dict[str, Any]:
     values: dict[str, Any] = dict(spec.overrides)
     values[spec.load.key] = spec.load.value(spec.level)
     values["seed"] = spec.seed
-    if spec.alone:
+    if spec.alone:  # on one server: a replica of a cluster of identical ones, unrouted
         values[ALONE_KEY] = 1
+        values["cluster"] = None
     data = apply_overrides(spec.base, values, spec.source)
     wanted = spec.target.percentiles()
     if wanted:
@@ -146,11 +147,18 @@ def alone_figures(target: Target, summary: dict[str, Any], requests: Any) -> dic
 
 
 def alone_possible(cfg: ScenarioConfig) -> bool:
-    """Whether a probe of requests alone can be simulated: a single server (data parallel or
-    not) with no schedule of clients and no serving delays (open loop only)."""
-    serving = cfg.serving
+    """Whether a probe of requests alone can be simulated: on a single server (data parallel
+    or not), or on one replica of a cluster of identical ones (unrouted: a lower bound still),
+    with no schedule of clients and no serving delays (a closed loop has none yet)."""
+    serving, cluster = cfg.serving, cfg.cluster
+    identical = cluster is None or (
+        isinstance(cluster.replicas, int)
+        and cluster.disaggregation is None
+        and cluster.autoscaler is None
+        and cluster.shared_kv is None
+    )
     return (
-        cfg.cluster is None
+        identical
         and cfg.workload.max_concurrency_schedule is None
         and not (serving.frontend_delay_ms or serving.response_delay_ms)
     )
