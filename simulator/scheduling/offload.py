@@ -79,8 +79,9 @@ class Offload:
         new = hashes[lo:full]
         for t, tier in enumerate(self.tiers):
             if tier is not None:
-                self.moved[2 * t] += tier.store(new) * self.bytes_per_block
-                if len(tier):  # an empty tier (of size 0, say) has nothing to reorder
+                written = tier.store(new)
+                self.moved[2 * t] += written * self.bytes_per_block
+                if written:  # as vLLM, which touches the prefix only when it stores blocks
                     tier.touch(hashes[:full])
 
     def in_flight(self, hashes: list[int]) -> bool:
