@@ -35,6 +35,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import simpy
 
 from simulator.cluster.autoscale_policies import MetricsWindow
@@ -44,7 +45,7 @@ from simulator.cluster.config import GroupSpec
 from simulator.cluster.fleet_ledger import FleetLedger
 from simulator.cluster.gauge import Gauge
 from simulator.cluster.replica import Replica
-from simulator.cluster.tables import cluster_result, cluster_summary, replica_table
+from simulator.cluster.tables import cluster_result
 from simulator.cluster.timed_samples import TimedSamples
 from simulator.engine.result import SimulationResult
 from simulator.workload.workload import Workload
@@ -307,26 +308,24 @@ class AutoscaledCluster(Cluster):
         for r in self.live:  # billed until the run's end
             self.ledger.retire(r.index, end)
             self.ledger.gone(r.index, end)
-        result = cluster_result(self.records, self.replicas, self.slo, self.percentiles)
-        self._books(result, end)
-        return result
-
-    def _books(self, result: SimulationResult, end: float) -> None:
-        """The fleet's tables and its cost in ``result``."""
-        ledger, gpus, price = self.ledger, self.gpus_per_replica, self.cost_per_hour
-        fleet = ledger.frame()
-        lives = ledger.lifetimes()
-        held = lives["gone_s"].to_numpy() - lives["requested_s"].to_numpy()
-        lives["gpu_seconds"] = held * gpus
-        result.tables.update(fleet=fleet, replica_lifetimes=lives)
+        lives = self.ledger.lifetimes()
         # each replica's figures over its own time serving, not the whole run's
         serving = np.zeros(len(self.replicas))
         serving[lives["replica"].to_numpy()] = np.nan_to_num(
             lives["gone_s"].to_numpy() - lives["ready_s"].to_numpy()
         )
-        table = replica_table(self.replicas, result.requests, end, serving)
-        result.replicas = table
-        result.summary.update(cluster_summary(table, result.requests, serving))
+        args = (self.records, self.replicas, self.slo, self.percentiles, serving)
+        result = cluster_result(*args)
+        self._books(result, end, lives)
+        return result
+
+    def _books(self, result: SimulationResult, end: float, lives: pd.DataFrame) -> None:
+        """The fleet's tables (``lives``: the ledger's lifetimes) and its cost in ``result``."""
+        ledger, gpus, price = self.ledger, self.gpus_per_replica, self.cost_per_hour
+        fleet = ledger.frame()
+        held = lives["gone_s"].to_numpy() - lives["requested_s"].to_numpy()
+        lives["gpu_seconds"] = held * gpus
+        result.tables.update(fleet=fleet, replica_lifetimes=lives)
         times = np.append(fleet["time_s"].to_numpy(), end)
         span = np.diff(times)
         live = fleet["live"].to_numpy()

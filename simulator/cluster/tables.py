@@ -138,8 +138,9 @@ def cluster_result(
     replicas: list[Replica],
     slo: dict[str, float | None] | None,
     percentiles: tuple[float, ...],
+    serving_s: np.ndarray | None = None,
 ) -> SimulationResult:
-    """The run's tables and summary."""
+    """The run's tables and summary (per replica over ``serving_s``: ``replica_table``)."""
     rec, workload = records.recorder, records.workload
     assert rec is not None
     disaggregated = any(r.role == "decode" for r in replicas)
@@ -171,8 +172,8 @@ def cluster_result(
         requests["kv_transfer_s"] = np.array(records.kv_end) - np.array(records.kv_ready)
     stats = _merged_stats([x.step_stats for x in recorders])
     summary = summarize(requests, stats, rec.itl, slo, percentiles, rec.tier_hits)
-    table = replica_table(replicas, requests, summary["duration_s"])
-    summary.update(cluster_summary(table, requests))
+    table = replica_table(replicas, requests, summary["duration_s"], serving_s)
+    summary.update(cluster_summary(table, requests, serving_s))
     return SimulationResult(
         request_table=requests,
         steps=steps,

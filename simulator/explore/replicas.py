@@ -31,6 +31,11 @@ class Replicas:
     alone: list[dict[str, Any]] = field(default_factory=list)
     """The runs of requests alone on one server, made when one replica missed."""
 
+    @property
+    def missed_alone(self) -> bool:
+        """Whether requests sent one at a time missed the target (so no count can meet it)."""
+        return any(not run["meets"] for run in self.alone)
+
     def overrides(self) -> dict[str, Any]:
         """The scenario keys of the answer (to price it)."""
         return {REPLICAS_KEY: self.fewest or MAX_REPLICAS}
@@ -43,7 +48,7 @@ class Replicas:
         """Why no count of replicas was found (None when one was)."""
         if self.outcome == "found":
             return None
-        if any(not run["meets"] for run in self.alone):
+        if self.missed_alone:
             return "even requests sent one at a time miss it: " + alone_missed(self.alone)
         return f"even {MAX_REPLICAS} replicas miss the SLO at {self.load.describe(self.level)}"
 
@@ -92,7 +97,7 @@ def replicas_search(
             # no count can do better than one server given each request alone
             alone = [ProbeSpec(base, source, load, level, s, target, overrides) for s in seeds]
             found.alone = yield from runs_alone(alone)
-            if not all(run["meets"] for run in found.alone):
+            if found.missed_alone:
                 break
         if met is None:
             count *= 2
