@@ -89,7 +89,11 @@ class Server:
                 cut_at_finish=on_done is not None,
                 holds=holds,
             )
-            if fast_decode and cost_model.times_from_sums and not special and not scheduler.moves_kv
+            if fast_decode
+            and cost_model.times_from_sums
+            and not special
+            and not scheduler.moves_kv
+            and scheduler.swap_bandwidth is None  # swaps resume in phase 2: schedule() only
             else None
         )
         # Decode steps timed ahead and taken only when a submission comes or they end
@@ -102,6 +106,8 @@ class Server:
         self._num_submitted, self._first_submit = 0, 0.0  # the horizon of a hold
         # KV loads from the tiers below the GPU's, one FIFO link per tier (``kv_loads.py``)
         self._loads = KVLoads(scheduler.kv_links()) if scheduler.moves_kv else None
+        # swap preemption's copies to CPU memory and back, timed on the steps that plan them
+        self._swap_bandwidth = scheduler.swap_bandwidth
 
     # -- what others may read ------------------------------------------------------------------
 
@@ -269,7 +275,13 @@ class Server:
             return
         if plan.num_admitted:
             rec.record_admitted(plan, now)
-        moved = sched.take_kv_moved() if self._loads is not None else NO_MOVES
+        moved: tuple[int, ...] = NO_MOVES
+        if self._loads is not None:
+            moved = (*sched.take_kv_moved(), 0, 0)
+        if self._swap_bandwidth is not None:  # vLLM v0 copied before the step's forward pass
+            out, back = sched.take_swapped()
+            duration += (out + back) / self._swap_bandwidth
+            moved = (*moved[:4], out, back)
         if not plan.drafts:
             rec.record_step(now, duration, ints, moved)
         self._busy_until = now + duration  # where the timeout lands
