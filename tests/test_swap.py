@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from simulator.cli import main
+from simulator.explore.swap_crossover import analytic_gains, crossover, simulated_gain
 from simulator.runner import run
 from simulator.scheduling import Sequence, StepScheduler
 from tests.scheduler_helpers import base_sampler, step
@@ -184,3 +185,24 @@ def test_a_swap_space_that_cannot_be_is_one_line_exit_2(
     # 200 GiB per GPU fits in 256 GB
     path.write_text(yaml.safe_dump(_scenario("swap", swap_space_gb=200)))
     assert main(["validate", str(path)]) == 0
+
+
+@pytest.mark.parametrize("link_gb_s", [15.75, 63.0])
+def test_the_simulated_crossover_is_within_5_percent_of_the_analytic_one(link_gb_s: float) -> None:
+    kw = {"model": "llama-3.1-8b", "hardware": "h100-sxm"}
+    gain, naive = analytic_gains(link_gb_s, **kw)
+    analytic = crossover(gain)
+    simulated = crossover(lambda p: simulated_gain(p, link_gb_s, **kw))
+    assert analytic is not None and simulated is not None
+    assert abs(simulated / analytic - 1) <= 0.05
+    # recompute wins below it, swap from it on (the two runs' durations)
+    assert simulated_gain(max(16, simulated // 2 // 16 * 16), link_gb_s, **kw) < 0
+    assert simulated_gain(simulated * 2, link_gb_s, **kw) > 0
+    # the prefill time alone would say swap wins from the shortest prompt
+    assert crossover(naive) == 16
+
+
+def test_on_a_link_slower_than_the_prefill_swapping_never_pays() -> None:
+    kw = {"model": "llama-3.1-8b", "hardware": "h100-sxm"}
+    assert crossover(lambda p: simulated_gain(p, 8.0, **kw)) is None
+    assert crossover(analytic_gains(8.0, **kw)[0]) is None
