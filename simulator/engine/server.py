@@ -66,13 +66,13 @@ class Server:
         self._retire = retire or self.record_finished
         self._closed = False  # no more submissions: stop once the work is done
         self._wake: simpy.Event | None = None
-        self._busy_until = 0.0
-        self._drafts = drafts
+        self._busy_until, self._drafts = 0.0, drafts
         self._plans_ahead = bool(getattr(scheduler, "async_scheduling", False))
         # async: the step planned to run next, with its row (planned while the last one ran)
         self._next: tuple[StepPlan, float, tuple[int, ...]] | None = None
         self._num_empty = 0  # async: empty steps in a row (a few are normal, many a bug)
         special = self._plans_ahead or bool(getattr(scheduler, "num_speculative_tokens", 0))
+        special |= scheduler.swap_bandwidth is not None  # swapped requests resume in schedule()
         # Fast windows (when the cost model can time steps from sums; the results are
         # identical either way, the tests compare both), bounded by ``next_arrival``: when the
         # next submission can come. ``on_done`` is told ``(number, time)`` when requests
@@ -89,11 +89,7 @@ class Server:
                 cut_at_finish=on_done is not None,
                 holds=holds,
             )
-            if fast_decode
-            and cost_model.times_from_sums
-            and not special
-            and not scheduler.moves_kv
-            and scheduler.swap_bandwidth is None  # swaps resume in phase 2: schedule() only
+            if fast_decode and cost_model.times_from_sums and not special and not scheduler.moves_kv
             else None
         )
         # Decode steps timed ahead and taken only when a submission comes or they end
@@ -106,8 +102,7 @@ class Server:
         self._num_submitted, self._first_submit = 0, 0.0  # the horizon of a hold
         # KV loads from the tiers below the GPU's, one FIFO link per tier (``kv_loads.py``)
         self._loads = KVLoads(scheduler.kv_links()) if scheduler.moves_kv else None
-        # swap preemption's copies to CPU memory and back, timed on the steps that plan them
-        self._swap_bandwidth = scheduler.swap_bandwidth
+        self._swap_bandwidth = scheduler.swap_bandwidth  # swap copies, timed on their steps
 
     # -- what others may read ------------------------------------------------------------------
 

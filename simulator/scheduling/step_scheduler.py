@@ -126,8 +126,7 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         self._finishing: list[Sequence] = []
         self._sampled: list[Sequence] = []
         self._loading: set[Sequence] = set()  # holding blocks while their KV loads from a tier
-        self.swap: SwapSpace | None = None
-        """Swap preemption's CPU blocks and swapped sequences (``enable_swap``), or None."""
+        self.swap: SwapSpace | None = None  # swap preemption's (``enable_swap``), or None
 
     @classmethod
     def vllm_v1(cls, *args: Any, **flags: Any) -> StepScheduler:
