@@ -106,6 +106,10 @@ def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioC
         from simulator.offload_scenario import resolve_offload
 
         cfg = resolve_offload(cfg)  # KV tiers: their bytes per token, their memory checked
+    if cfg.scheduler.preemption_mode == "swap":
+        from simulator.swap_scenario import resolve_swap
+
+        cfg = resolve_swap(cfg)  # its KV bytes and host link, its memory checked
     check_scenario_memory(cfg)  # a given num_blocks may not fit beside the weights
     return cfg
 
@@ -178,7 +182,12 @@ def run(
             workload,
             cost_model,
             # no sampler: tokens only counted (engine/tokens.py)
-            make_scheduler(cfg.scheduler, speculative=cfg.speculative, rng=acceptance_rng(cfg)),
+            make_scheduler(
+                cfg.scheduler,
+                speculative=cfg.speculative,
+                rng=acceptance_rng(cfg),
+                gpus=_num_gpus(cfg.cost_model),
+            ),
             slo=slo,
             progress=tick,
             fast_decode=fast_decode,
@@ -191,6 +200,12 @@ def run(
         )
         result = sim.run()
     return _finish(result, cfg, workload, started)
+
+
+def _num_gpus(cm: CostModelConfig) -> int:
+    """GPUs of the server the cost model names (1 when it names none)."""
+    gpus = named_gpus(cm)
+    return 1 if gpus is None else gpus.tp
 
 
 def _finish(

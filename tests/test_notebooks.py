@@ -25,8 +25,8 @@ MAX_BYTES = 1_500_000
 
 # Figures each notebook must draw: compare_budgets the budget comparison and the trade-off
 # map; latency_plots the four run plots, one sweep figure per grid key, the budget comparison
-# and the overlaid CDFs.
-MIN_FIGURES = {"compare_budgets": 2, "latency_plots": 8}
+# and the overlaid CDFs; swap_vs_recompute the gain of swapping against the victim's length.
+MIN_FIGURES = {"compare_budgets": 2, "latency_plots": 8, "swap_vs_recompute": 1}
 
 # Appended to a copy of each notebook: prints, as JSON, the state its last cells left behind.
 PROBES = {
@@ -42,6 +42,19 @@ print(_json.dumps({
     "status": sorted(set(sweep["status"])),
     "checked": len(CHECKS),
     "workdir_left": workdir.exists(),
+}))
+""",
+    "swap_vs_recompute": """
+import json as _json
+import sys as _sys
+_found = table.dropna(subset=["simulated crossover (tokens)"])
+print(_json.dumps({
+    "prefix": _sys.prefix,
+    "status": ["ok"],
+    "links": len(table),
+    "crossovers": [[int(s), int(a)] for s, a in zip(
+        _found["simulated crossover (tokens)"], _found["analytic crossover (tokens)"])],
+    "checked": len(CHECKS),
 }))
 """,
     "latency_plots": """
@@ -142,6 +155,13 @@ def test_notebook_executes(name: str, kernel_prefix: str) -> None:
         assert list(zip(probe["seqs"], probe["budgets"], strict=True)) == grid
         assert probe["checked"] >= 5
         assert not probe["workdir_left"]
+    elif name == "swap_vs_recompute":
+        # the simulated crossover prompt length within 5% of the analytic one, on every link
+        # where swapping wins from some length (the PCIe x16 generations at least)
+        assert len(probe["crossovers"]) >= 4
+        for simulated, analytic in probe["crossovers"]:
+            assert abs(simulated / analytic - 1) <= 0.05, (simulated, analytic)
+        assert probe["checked"] >= 10
     else:
         assert probe["requests"] > 0 and probe["steps"] > probe["requests"]
         assert probe["sweep_rows"] == 4 and len(probe["sweep_keys"]) == 2

@@ -41,6 +41,11 @@ class HardwareSpec(BaseModel):
     """The GPU-to-GPU link, e.g. ``NVLink 4`` or ``PCIe Gen5 x16``."""
     interconnect_bandwidth: float | None = Field(default=None, gt=0)
     """Per-GPU one-way bandwidth of the link tensor-parallel all-reduces use, bytes/s."""
+    pcie_generation: int | None = Field(default=None, ge=3, le=6)
+    """PCI Express generation of the GPU's link to its host (``configs/pcie.yaml``); None:
+    not known. The link KV swapped to host memory crosses (``host_link_bandwidth``)."""
+    pcie_lanes: int | None = Field(default=None, ge=1, le=32)
+    """Lanes of that link (16 on every preset)."""
     allreduce_latency_us: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     """Fixed latency of one small all-reduce between these GPUs, microseconds."""
     cost_per_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)

@@ -27,8 +27,9 @@ CHUNK_GAPS = 1 << 16
 """Inter-token gaps buffered before they go to the distribution."""
 NAN = float("nan")
 """The one NaN object the per-request lists point to where no time is known."""
-NO_MOVES = (0, 0, 0, 0)
-"""The KV bytes a step without KV tiers moves (cpu and shared, stored and loaded)."""
+NO_MOVES = (0, 0, 0, 0, 0, 0)
+"""The KV bytes a step without KV tiers or swaps moves (cpu and shared tiers, stored and
+loaded; swapped out and in)."""
 
 
 class Recorder:
@@ -103,7 +104,7 @@ class Recorder:
         accepted: int = 0,
     ) -> None:
         """One step row: its start, its duration (checked > 0, or 0 for a step that scheduled
-        nothing), ``STEP_INT_FIELDS`` but the last five, then those: the KV bytes moved and
+        nothing), ``STEP_INT_FIELDS`` but the last seven, then those: the KV bytes moved and
         the draft tokens accepted (speculative decoding; 0 without)."""
         if not (duration > 0 or duration == 0 and ints[0] == 0):
             raise RuntimeError(f"cost model returned a non-positive step time {duration!r}")
@@ -137,7 +138,7 @@ class Recorder:
         rows.append(k)
         tokens = 0
         for j, (lo, m, kept) in enumerate(sizes):
-            segments += (m, m, 0, m, 0, m, 0, 0, kept, 0, 0, 0, 0, 0)
+            segments += (m, m, 0, m, 0, m, 0, 0, kept, 0, 0, 0, 0, 0, 0, 0)
             n = rows[j] = rows[j] - lo
             counts.append(m)
             lengths.append(n)

@@ -66,13 +66,13 @@ class Server:
         self._retire = retire or self.record_finished
         self._closed = False  # no more submissions: stop once the work is done
         self._wake: simpy.Event | None = None
-        self._busy_until = 0.0
-        self._drafts = drafts
+        self._busy_until, self._drafts = 0.0, drafts
         self._plans_ahead = bool(getattr(scheduler, "async_scheduling", False))
         # async: the step planned to run next, with its row (planned while the last one ran)
         self._next: tuple[StepPlan, float, tuple[int, ...]] | None = None
         self._num_empty = 0  # async: empty steps in a row (a few are normal, many a bug)
         special = self._plans_ahead or bool(getattr(scheduler, "num_speculative_tokens", 0))
+        special |= scheduler.swap_bandwidth is not None  # swapped requests resume in schedule()
         # Fast windows (when the cost model can time steps from sums; the results are
         # identical either way, the tests compare both), bounded by ``next_arrival``: when the
         # next submission can come. ``on_done`` is told ``(number, time)`` when requests
@@ -102,6 +102,7 @@ class Server:
         self._num_submitted, self._first_submit = 0, 0.0  # the horizon of a hold
         # KV loads from the tiers below the GPU's, one FIFO link per tier (``kv_loads.py``)
         self._loads = KVLoads(scheduler.kv_links()) if scheduler.moves_kv else None
+        self._swap_bandwidth = scheduler.swap_bandwidth  # swap copies, timed on their steps
 
     # -- what others may read ------------------------------------------------------------------
 
@@ -269,7 +270,13 @@ class Server:
             return
         if plan.num_admitted:
             rec.record_admitted(plan, now)
-        moved = sched.take_kv_moved() if self._loads is not None else NO_MOVES
+        moved: tuple[int, ...] = NO_MOVES
+        if self._loads is not None:
+            moved = (*sched.take_kv_moved(), 0, 0)
+        if self._swap_bandwidth is not None:  # vLLM v0 copied before the step's forward pass
+            out, back = sched.take_swapped()
+            duration += (out + back) / self._swap_bandwidth
+            moved = (*moved[:4], out, back)
         if not plan.drafts:
             rec.record_step(now, duration, ints, moved)
         self._busy_until = now + duration  # where the timeout lands

@@ -29,6 +29,8 @@ STEP_COLUMNS = [
     "cpu_load_bytes",
     "shared_store_bytes",
     "shared_load_bytes",
+    "swap_out_bytes",
+    "swap_in_bytes",
     "num_accepted_tokens",
 ]
 
@@ -86,6 +88,10 @@ class StepStats:
         """Sum of step durations."""
         self.num_tokens = 0
         """Tokens computed (prompt chunks and decodes)."""
+        self.swap_out_bytes = 0
+        """KV bytes swapped out to CPU memory (swap preemption)."""
+        self.swap_in_bytes = 0
+        """KV bytes swapped back in."""
         self.saturated_s = 0.0
         """Sum of the durations of saturated steps: those that left out a request the server
         held at their start (``num_waiting + num_running > num_seqs``: not admitted, or not
@@ -102,6 +108,8 @@ class StepStats:
         self.busy_s += other.busy_s
         self.num_tokens += other.num_tokens
         self.saturated_s += other.saturated_s
+        self.swap_out_bytes += other.swap_out_bytes
+        self.swap_in_bytes += other.swap_in_bytes
 
     def add(self, steps: pd.DataFrame | dict[str, np.ndarray]) -> None:
         """Account for a chunk of consecutive rows of the step table (a frame, or its columns
@@ -118,5 +126,7 @@ class StepStats:
         self.kv_max = max(self.kv_max, float(kv.max()))
         self.busy_s += float(duration.sum())
         self.num_tokens += int(np.asarray(steps["num_tokens"]).sum())
+        self.swap_out_bytes += int(np.asarray(steps["swap_out_bytes"]).sum())
+        self.swap_in_bytes += int(np.asarray(steps["swap_in_bytes"]).sum())
         held = np.asarray(steps["num_waiting"]) + np.asarray(steps["num_running"])
         self.saturated_s += float(duration[held > np.asarray(steps["num_seqs"])].sum())

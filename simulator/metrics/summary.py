@@ -115,6 +115,9 @@ def summarize(
         "kv_utilization_max": steps.kv_max,
         # the share of the run in saturated steps (some held request left out)
         "saturated_share": steps.saturated_s / duration if duration > 0 else 0.0,
+        # swap preemption's copies of KV to CPU memory and back (0 when it recomputes)
+        "swap_out_bytes": steps.swap_out_bytes,
+        "swap_in_bytes": steps.swap_in_bytes,
         # prompt tokens the prefix cache served when requests were first scheduled
         "prefix_cache_hit_rate": (
             float(done["num_cached_tokens"].sum()) / in_tokens if in_tokens else float("nan")

@@ -41,14 +41,18 @@ def make_scheduler(
     *,
     speculative: SpeculativeConfig | None = None,
     rng: np.random.Generator | None = None,
+    gpus: int = 1,
 ) -> Scheduler:
     """The scheduler ``cfg.policy`` names, drawing tokens from ``sample`` (and, for the fast
     path, ``sample_many``); with no ``sample`` it only counts each sequence's tokens. A
     ``StepScheduler`` (sub)class gets the config's budgets and flags; any other policy class
     is called with ``(cfg, sample, sample_many)``. ``speculative``: drafts per decode step,
-    accepted as drawn from ``rng`` (the run's acceptance stream)."""
+    accepted as drawn from ``rng`` (the run's acceptance stream). ``gpus``: the replica's GPUs,
+    each with its own swap space and host link (``preemption_mode: swap``)."""
     policy = POLICIES.resolve(cfg.policy)
     if not issubclass(policy, StepScheduler):
+        if cfg.preemption_mode == "swap":
+            raise ValueError(f"policy {cfg.policy!r} takes no swap preemption")
         if speculative is not None or cfg.async_scheduling:
             raise ValueError(f"policy {cfg.policy!r} takes no speculative or async scheduling")
         return policy(cfg, sample, sample_many)  # type: ignore[call-arg]
@@ -77,7 +81,19 @@ def make_scheduler(
         block_bytes = off.kv_bytes_per_token * cfg.block_size
         tier = KVTier("cpu", int(off.cpu.size_gb * 1e9 // block_bytes))
         scheduler.attach_tier(tier, block_bytes, off.cpu.bandwidth_gb_s * 1e9, off.cpu.latency_s)
+    if cfg.preemption_mode == "swap":
+        _enable_swap(scheduler, cfg, gpus)
     return scheduler
+
+
+def _enable_swap(scheduler: StepScheduler, cfg: SchedulerConfig, gpus: int) -> None:
+    """Swap preemption: ``swap_space_gb`` GiB of CPU blocks per GPU, copied over each GPU's
+    host link at once (each GPU holds and copies its shard of every block)."""
+    per_token, link = cfg.swap_kv_bytes_per_token, cfg.host_link_gb_s
+    assert per_token is not None and link is not None, "resolve the scenario first (swap)"
+    block_bytes = per_token * cfg.block_size
+    space = cfg.swap_space_gb * 2**30 * gpus
+    scheduler.enable_swap(int(space // block_bytes), block_bytes, link * 1e9 * gpus)
 
 
 def _speculation(spec: SpeculativeConfig | None, rng: np.random.Generator | None) -> dict:

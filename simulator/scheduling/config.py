@@ -74,6 +74,23 @@ class SchedulerConfig(BaseModel):
     """Admit waiting requests in a step that preempted someone; default on for ``spec`` (its
     text), off for ``vllm-v1`` (as in vLLM)."""
 
+    preemption_mode: Literal["recompute", "swap"] = "recompute"
+    """What preemption does with the victim's KV: ``recompute`` drops it and computes it again
+    on resumption (vLLM v1, the only mode there); ``swap`` copies it to CPU memory over the
+    host link and back on resumption (vLLM v0's ``--preemption-mode swap``), recomputing only
+    when ``swap_space_gb`` is full (docs/swap.md)."""
+    swap_space_gb: float = Field(default=4.0, ge=0, allow_inf_nan=False)
+    """``swap`` only: CPU memory per GPU for swapped-out KV, GiB (vLLM v0's ``--swap-space``,
+    4 by default); the replica's is this times its GPUs, and it must fit in its host's
+    memory (``configs/host_memory.yaml``)."""
+    host_link_gb_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """``swap`` only: bytes per second (GB/s, 1e9) one GPU's host link copies one way; omit
+    for the hardware preset's PCIe link (``pcie_generation`` x ``pcie_lanes``, the raw link
+    rate: copies reach ~80-90% of it). A replica's GPUs copy their shards at once."""
+    swap_kv_bytes_per_token: int | None = Field(default=None, ge=1)
+    """``swap`` only: KV bytes of one token over all layers and GPUs; omit to take it from the
+    cost model's model preset (required with a cost model that names no model)."""
+
     kv_offload: KVOffloadConfig | None = None
     """KV tiers below the GPU's (a CPU tier; needs prefix caching): blocks the GPU computed
     are kept there, and a prefix found there is loaded back instead of recomputed
@@ -112,6 +129,11 @@ class SchedulerConfig(BaseModel):
         ):
             if getattr(self, key) is None:
                 setattr(self, key, preset.get(key, default))
+        if self.preemption_mode == "swap" and (self.kv_offload or self.async_scheduling):
+            raise ValueError(
+                "preemption_mode 'swap' is not simulated with kv_offload or async_scheduling "
+                "(vLLM v0 swapped, and had neither)"
+            )
         if self.kv_offload is not None and not self.enable_prefix_caching:
             raise ValueError(
                 "kv_offload needs enable_prefix_caching (tiers find blocks by their content)"

@@ -241,6 +241,16 @@ class Scheduler:
         load, shared store, shared load)."""
         return (0, 0, 0, 0)
 
+    @property
+    def swap_bandwidth(self) -> float | None:
+        """With swap preemption, bytes per second its copies between GPU and CPU memory take
+        (the plans' ``take_swapped``, timed on their steps); None: it recomputes."""
+        return None
+
+    def take_swapped(self) -> tuple[int, int]:
+        """KV bytes the plans since the last call swapped out to CPU memory and back in."""
+        return (0, 0)
+
     def finish_load(self, seq: Sequence) -> None:
         """The KV load of ``seq`` (a ``TierLoad`` of an earlier plan) ended: it may be
         scheduled from the next step on."""

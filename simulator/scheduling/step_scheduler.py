@@ -1,8 +1,9 @@
-"""The step scheduler: continuous batching with chunked prefill and recompute preemption under
-a token budget, ``max_num_seqs`` and a KV-block budget (docs/scheduler.md). vLLM has one
-``Scheduler`` whose variants are flags; so has this one, and the policies are presets of them
-(``presets.py``): ``spec`` (the text of ``shared/spec/scheduler.md``) and ``vllm-v1`` (vLLM
-0.33's v1 scheduler, step for step against recorded traces).
+"""The step scheduler: continuous batching with chunked prefill and preemption (recompute, or
+swap: ``preemption.py``) under a token budget, ``max_num_seqs`` and a KV-block budget
+(docs/scheduler.md). vLLM has one ``Scheduler`` whose variants are flags; so has this one, and
+the policies are presets of them (``presets.py``): ``spec`` (the text of
+``shared/spec/scheduler.md``) and ``vllm-v1`` (vLLM 0.33's v1 scheduler, step for step against
+recorded traces).
 
 The flags, and what each changes:
 
@@ -36,9 +37,11 @@ from simulator.scheduling.fast_step import FastSteps
 from simulator.scheduling.intake import Intake
 from simulator.scheduling.interface import Acceptor, ManySampler, Sampler, Scheduler, StepPlan
 from simulator.scheduling.kv_manager import KVManager
+from simulator.scheduling.preemption import Preemption
 from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
 from simulator.scheduling.sequence import Sequence, SequenceStatus
 from simulator.scheduling.speculation import Speculation
+from simulator.scheduling.swap_space import SwapSpace
 from simulator.scheduling.tier_loads import TierLoads
 
 PRESETS: dict[str, dict[str, bool]] = {
@@ -61,7 +64,7 @@ def positive(name: str, value: int) -> int:
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a policy of the user's may subclass it
-class StepScheduler(Intake, Speculation, TierLoads, FastSteps, Scheduler):
+class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Scheduler):
     """The one scheduler; its policy is the flags it is built with."""
 
     def __init__(
@@ -123,6 +126,7 @@ class StepScheduler(Intake, Speculation, TierLoads, FastSteps, Scheduler):
         self._finishing: list[Sequence] = []
         self._sampled: list[Sequence] = []
         self._loading: set[Sequence] = set()  # holding blocks while their KV loads from a tier
+        self.swap: SwapSpace | None = None  # swap preemption's (``enable_swap``), or None
 
     @classmethod
     def vllm_v1(cls, *args: Any, **flags: Any) -> StepScheduler:
@@ -164,8 +168,8 @@ class StepScheduler(Intake, Speculation, TierLoads, FastSteps, Scheduler):
 
     @property
     def num_waiting(self) -> int:
-        """Sequences waiting for admission (those whose KV loads from a tier included)."""
-        return len(self.waiting) + len(self._loading)
+        """Sequences waiting for admission (those whose KV loads or is swapped out included)."""
+        return len(self.waiting) + len(self._loading) + self.num_swapped
 
     @property
     def num_preemptions(self) -> int:
@@ -180,7 +184,7 @@ class StepScheduler(Intake, Speculation, TierLoads, FastSteps, Scheduler):
 
     def has_work(self) -> bool:
         """Whether any sequence is waiting or running (or, async, a step is in flight)."""
-        return bool(self._running or self.waiting or self._in_flight)
+        return bool(self._running or self.waiting or self._in_flight or self.num_swapped)
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks needed to hold ``num_tokens`` tokens of KV."""
@@ -196,7 +200,9 @@ class StepScheduler(Intake, Speculation, TierLoads, FastSteps, Scheduler):
         cap = self._cap()
         plan = StepPlan([], [], [], 0, [])
         budget = self._plan_running(plan, cap)
-        if self.admit_after_preemption or not plan.preempted:
+        if self.num_swapped:  # swapped sequences resume first, and new ones wait for them
+            budget = self._resume_swapped(plan, budget, cap)
+        if (self.admit_after_preemption or not plan.preempted) and not self.num_swapped:
             self._admit(plan, budget, cap)
         if self.async_scheduling:
             self._after_schedule(plan)
@@ -281,18 +287,6 @@ class StepScheduler(Intake, Speculation, TierLoads, FastSteps, Scheduler):
         if not self.priority:
             return self._running[-1]
         return max(self._running, key=lambda s: (s.priority, s.arrival_order))
-
-    def _preempt(self, seq: Sequence) -> None:
-        """Recompute preemption: drop the KV, keep the output, back to the waiting queue."""
-        self._running.remove(seq)
-        self.blocks.free(seq)
-        seq.num_computed = 0
-        seq.spec_drafts = seq.placeholders = 0
-        seq.stale = seq.in_flight  # async: the output in flight still comes
-        seq.status = SequenceStatus.WAITING
-        seq.num_preemptions += 1
-        self._num_preemptions += 1
-        self.waiting.prepend(seq)
 
     def _admit(self, plan: StepPlan, budget: int, cap: int) -> None:
         """Phase 2: admit from the head of ``waiting`` until one does not fit (the head
