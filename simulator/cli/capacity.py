@@ -128,9 +128,9 @@ def run(args: argparse.Namespace) -> int:
         if args.uncertainty == "on":
             result["model_interval"] = _model_interval(cfg, found, ends)
         write_capacity(result, tmp, _scenario_yaml(cfg, args), not args.no_plots, args.format)
-    print(_summary_line(cfg.name, found, out))
     if args.uncertainty == "on":
         print(_interval_line(result["model_interval"], found.load.unit))
+    print(_summary_line(cfg.name, found, out))  # the answer, last
     return 0 if found.outcome == "found" else 1
 
 
