@@ -75,7 +75,7 @@ def build_dp_simulation(
     assert cfg.parallel is not None
     n = cfg.parallel.data_parallel_size
     costs: list[CostModel] = [build_cost_model(cfg.cost_model) for _ in range(n)]
-    if cfg.serving.has_step_cpu:
+    if cfg.serving.changes_steps:
         kwargs["with_cpu"] = _with_cpu(cfg.serving)
     spec = cfg.speculative
     ranks = [
@@ -113,11 +113,13 @@ def rank_acceptance_rngs(cfg: ScenarioConfig, n: int) -> list[np.random.Generato
 
 def _with_cpu(serving: ServingConfig) -> Callable[[float, int], float]:
     """A rank's step on the server from its GPU time and sequences, as ``StepWithCpu`` times
-    it: the CPU's per-step work overlapped (``max``) under async scheduling, else added."""
+    it: the GPU's time scaled, the CPU's per-step work overlapped (``max``) under async
+    scheduling, else added."""
     fixed, per_seq = serving.step_cpu_ms * 1e-3, serving.step_cpu_per_seq_us * 1e-6
-    overlap = serving.async_scheduling
+    overlap, scale = serving.async_scheduling, serving.gpu_time_scale
 
     def step(gpu: float, num_seqs: int) -> float:
+        gpu *= scale
         cpu = fixed + per_seq * num_seqs
         return max(gpu, cpu) if overlap else gpu + cpu
 

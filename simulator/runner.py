@@ -120,7 +120,7 @@ def build(cfg: ScenarioConfig) -> tuple[Workload, CostModel]:
     streams = np.random.SeedSequence(cfg.seed).spawn(1)
     cost_model = build_cost_model(cfg.cost_model)
 
-    if cfg.serving.has_step_cpu:
+    if cfg.serving.changes_steps:
         cost_model = StepWithCpu(cost_model, cfg.serving)
     return generate(cfg.workload, streams[0]), cost_model
 

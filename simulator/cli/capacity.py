@@ -13,6 +13,7 @@ from simulator.cli.common import (
     add_backend_args,
     add_out_args,
     add_scenario_args,
+    add_uncertainty_arg,
     results_folder,
 )
 
@@ -72,6 +73,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     add_scenario_args(p)
     add_search_args(p)
     add_backend_args(p)
+    add_uncertainty_arg(p, "the capacity gets")
     add_out_args(p, "<name>-capacity", "the figure")
     return p
 
@@ -115,16 +117,64 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         check_out_dir(Path(args.out), args.overwrite)
     print(f"{cfg.name}: capacity under {target.describe()}, {len(seeds)} seed(s)", file=sys.stderr)
-    search = seeded_capacity(
-        base, args.scenario, target, load, seeds, args.tolerance, on_probe=_reporter(load)
-    )
+    searches = [
+        seeded_capacity(base, args.scenario, target, load, seeds, args.tolerance, at, report)
+        for at, report in [((), _reporter(load)), *_band_ends(args, cfg)]
+    ]
     with results_folder(args.out, args.overwrite, f"{cfg.name}-capacity") as (out, tmp):
-        with _backend(args, len(seeds)) as backend:
-            found = drive([search], backend)[0]
+        with _backend(args, len(seeds) * len(searches)) as backend:
+            found, *ends = drive(searches, backend)
         result = _json(found.to_json(), cfg.name, args, target, seeds)
+        if args.uncertainty == "on":
+            result["model_interval"] = _model_interval(cfg, found, ends)
         write_capacity(result, tmp, _scenario_yaml(cfg, args), not args.no_plots, args.format)
-    print(_summary_line(cfg.name, found, out))
+    if args.uncertainty == "on":
+        print(_interval_line(result["model_interval"], found.load.unit))
+    print(_summary_line(cfg.name, found, out))  # the answer, last
     return 0 if found.outcome == "found" else 1
+
+
+def _band_ends(args: argparse.Namespace, cfg: Any) -> list[Any]:
+    """The scenario at both ends of its cost model's error band (``explore.uncertainty``),
+    as (overrides, reporter) pairs; none with --uncertainty off or no measured band."""
+    from simulator.explore.uncertainty import scenario_band
+
+    found = scenario_band(cfg) if args.uncertainty == "on" else None
+    if found is None:
+        return []
+    scale = cfg.serving.gpu_time_scale
+    return [((("serving.gpu_time_scale", scale * s),), None) for s in found[1].scales()]
+
+
+def _model_interval(cfg: Any, found: SeededCapacity, ends: list[SeededCapacity]) -> dict:
+    """capacity.json's ``model_interval``: the capacity at the band's ends (with the
+    search's own), or why there is none."""
+    from simulator.explore.uncertainty import no_band, scenario_band
+
+    band = scenario_band(cfg)
+    if band is None:
+        return no_band(cfg)
+    values = [c.capacity for c in (found, *ends)]
+    head = {"level": no_band(cfg)["level"], "available": True, "cost_model": band[0]}
+    head["step_time_error"] = [band[1].low, band[1].high]
+    known = [v for v in values if v is not None]
+    if len(known) < len(values):
+        return {**head, "low": None, "high": None, "reason": "a band end found no capacity"}
+    return {**head, "low": min(known), "high": max(known)}
+
+
+def _interval_line(interval: dict[str, Any], unit: str) -> str:
+    """The capacity's model interval in one line."""
+    level = f"{interval['level']:.0%}"
+    if not interval.get("available"):
+        return f"model: no {level} interval: {interval['reason']}"
+    if interval["low"] is None:
+        return f"model: no {level} interval: {interval['reason']}"
+    low, high = interval["step_time_error"]
+    return (
+        f"model: {level} interval {interval['low']:.3g}-{interval['high']:.3g} {unit} "
+        f"({interval['cost_model']}: steps {low:+.1%} to {high:+.1%} off on held-out GPUs)"
+    )
 
 
 def _validate_probe(data: dict[str, Any], source: str) -> None:

@@ -55,6 +55,18 @@ def add_out_args(p: argparse.ArgumentParser, folder: str, plots: str) -> None:
     add_format_arg(p)
 
 
+def add_uncertainty_arg(p: argparse.ArgumentParser, what: str) -> None:
+    """``--uncertainty on|off``: whether ``what`` gets the cost model's error band."""
+    p.add_argument(
+        "--uncertainty",
+        choices=["on", "off"],
+        default="on",
+        help=f"on (default): {what} a 90%% interval from the cost model's measured held-out "
+        "step-time error, by two more runs at the ends of its band (docs/metrics.md); off: "
+        "skip them",
+    )
+
+
 def add_backend_args(p: argparse.ArgumentParser) -> None:
     """``--backend``, ``--address`` and ``--jobs``: where a command's simulations run."""
     # explore.backends.BACKENDS, spelt out: the explore package is not imported at start-up
@@ -133,7 +145,34 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"goodput    {num('goodput', '.2f')} req/s "
             f"({num('slo_attainment', '.1f', 100)}% of requests meet the SLO)"
         )
+    lines += format_uncertainty(summary.get("uncertainty"))
     return "\n".join(lines)
+
+
+def format_uncertainty(u: dict[str, Any] | None) -> list[str]:
+    """The lines of a run's model uncertainty (``explore.uncertainty``): the mean latencies'
+    and throughput's intervals, or why there are none; no line when it was not asked."""
+    if not u:
+        return []
+    level = f"{u['level']:.0%}"
+    if not u.get("available"):
+        return [f"model      no {level} interval: {u['reason']}"]
+
+    def span(key: str, scale: float, fmt: str) -> str:
+        lo_hi = u.get(key)
+        if lo_hi is None:
+            return "-"
+        # thousands grouped, no decimals once large (a band's slow end may be a long queue)
+        return "-".join(format(v * scale, fmt if v * scale < 1000 else ",.0f") for v in lo_hi)
+
+    low, high = u["step_time_error"]
+    parts = [f"{m} {span(f'{m}_mean_s', 1e3, '.1f')}" for m in ("ttft", "tpot", "e2e")]
+    return [
+        f"model      {level} interval ({u['cost_model']}: steps {low:+.1%} to {high:+.1%} "
+        "off on held-out GPUs/models)",
+        f"           mean ms: {', '.join(parts)}; "
+        f"throughput {span('request_throughput', 1, '.2f')} req/s",
+    ]
 
 
 def format_server(sched: Any, ranks: int = 1) -> str:

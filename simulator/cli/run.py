@@ -11,6 +11,7 @@ from simulator.cli.common import (
     add_out_args,
     add_scenario_args,
     add_steps_arg,
+    add_uncertainty_arg,
     format_replicas,
     format_server,
     format_summary,
@@ -29,6 +30,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "--progress", action="store_true", help="show a progress bar even off a terminal"
     )
     add_steps_arg(p)
+    add_uncertainty_arg(p, "each figure of the summary gets")
     p.add_argument(
         "--vllm-bench-json",
         metavar="FILE",
@@ -60,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
             steps=args.steps,
             steps_path=tmp / "steps.parquet",
         )
+        if args.uncertainty == "on":
+            result.summary["uncertainty"] = _uncertainty(cfg, result.summary)
         write_result(result, tmp, plots=not args.no_plots, fmt=args.format)
         if args.vllm_bench_json:
             _write_vllm_bench(args.vllm_bench_json, result, cfg)
@@ -77,6 +81,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"servesim: error: {problem}", file=sys.stderr)
         return 1
     return 0
+
+
+def _uncertainty(cfg: Any, summary: dict[str, Any]) -> dict[str, Any]:
+    """The run's model uncertainty (``explore.uncertainty``): two more runs, no step rows."""
+    from simulator.explore.uncertainty import model_uncertainty
+    from simulator.runner import run as run_scenario
+
+    return model_uncertainty(cfg, summary, lambda c: run_scenario(c, steps="none").summary)
 
 
 def _write_vllm_bench(path: str, result: Any, cfg: Any) -> None:

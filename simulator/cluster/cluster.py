@@ -153,7 +153,7 @@ class Cluster:
     def cost_model(self, config: CostModelConfig) -> CostModel:
         """A replica's step times: its GPUs', with the CPU's share of each step (``serving``)."""
         cost = build_cost_model(config)
-        return StepWithCpu(cost, self.serving) if self.serving.has_step_cpu else cost
+        return StepWithCpu(cost, self.serving) if self.serving.changes_steps else cost
 
     def _replica(
         self,

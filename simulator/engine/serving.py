@@ -37,15 +37,26 @@ class ServingConfig(BaseModel):
     """From a token's sampling at the end of a step to the client receiving it
     (detokenization, output processing, streaming), ms. Counts in TTFT and E2E, not in TPOT."""
 
+    gpu_time_scale: float = Field(default=1.0, gt=0, le=1000, allow_inf_nan=False)
+    """Every step's GPU time multiplied by this: a what-if for GPUs slower (> 1) or faster
+    (< 1) than the cost model says. ``servesim run`` and ``capacity`` set it at the ends of
+    the cost model's measured error band for their model-uncertainty runs (docs/metrics.md)."""
+
     @property
     def has_step_cpu(self) -> bool:
         """Whether steps carry any CPU time."""
         return self.step_cpu_ms > 0 or self.step_cpu_per_seq_us > 0
 
+    @property
+    def changes_steps(self) -> bool:
+        """Whether a step's time on the server differs from its GPU time (``StepWithCpu``)."""
+        return self.has_step_cpu or self.gpu_time_scale != 1.0
+
 
 class StepWithCpu(CostModel):
-    """A step's duration on the server: the GPU's time from ``gpu`` and the CPU's per-step
-    work, overlapped (``max``) under async scheduling, else in sequence (``+``)."""
+    """A step's duration on the server: the GPU's time from ``gpu`` (times
+    ``gpu_time_scale``) and the CPU's per-step work, overlapped (``max``) under async
+    scheduling, else in sequence (``+``)."""
 
     def __init__(self, gpu: CostModel, serving: ServingConfig) -> None:
         self.gpu = gpu
@@ -54,8 +65,10 @@ class StepWithCpu(CostModel):
         self._fixed = serving.step_cpu_ms * _MS
         self._per_seq = serving.step_cpu_per_seq_us * _US
         self._overlap = serving.async_scheduling
+        self._scale = serving.gpu_time_scale
 
     def _with_cpu(self, gpu: float, num_seqs: int) -> float:
+        gpu *= self._scale
         cpu = self._fixed + self._per_seq * num_seqs
         return (gpu if gpu >= cpu else cpu) if self._overlap else gpu + cpu
 

@@ -99,6 +99,16 @@ def _interval(ax: Axes, found: dict[str, Any], trace: bool) -> None:
         )
 
 
+def _model_interval(ax: Axes, found: dict[str, Any], trace: bool) -> None:
+    """The capacity's model interval (the cost model's error band) as a hatched band."""
+    model = found.get("model_interval") or {}
+    if model.get("low") is None:
+        return
+    lo, hi = (1.0 / v if trace else v for v in (model["low"], model["high"]))
+    label = f"{model['level']:.0%} model interval ({model['cost_model']})"
+    ax.axvspan(min(lo, hi), max(lo, hi), fill=False, hatch="//", ec="C2", lw=0, label=label)
+
+
 def plot_capacity(found: dict[str, Any]) -> Figure:
     """Panels of the SLO's statistics against load (a ``capacity.json`` as ``found``)."""
     probes = pd.DataFrame(found["probes"])
@@ -120,6 +130,7 @@ def plot_capacity(found: dict[str, Any]) -> Figure:
         if level is not None:
             ax.axvline(level, color="k", lw=1.5, label="capacity (mean of seeds)")
             _interval(ax, found, trace)
+            _model_interval(ax, found, trace)
         ax.grid(True, alpha=0.3)
         ax.legend(loc="best", **LEGEND)
     fig.axes[-1].set_xlabel("trace speed (1 / time_scale)" if trace else "arrival rate (req/s)")
@@ -127,6 +138,9 @@ def plot_capacity(found: dict[str, Any]) -> Figure:
     ci = found.get("interval")
     if capacity is not None and ci:
         where += f", 95% CI {ci['low']:.3g}-{ci['high']:.3g}"
+    model = found.get("model_interval") or {}
+    if capacity is not None and model.get("low") is not None:
+        where += f", {model['level']:.0%} model interval {model['low']:.3g}-{model['high']:.3g}"
     fig.suptitle(
         f"Capacity of {found['scenario_name']}: {where} ({found['status']})\n"
         f"{found['slo']['text']}; {found['num_simulations']} simulations"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -55,10 +55,16 @@ def _ecdf_points(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _cdf_panel(
-    ax: Axes, values_ms: np.ndarray, name: str, empty_reason: str, slo_ms: float | None = None
+    ax: Axes,
+    values_ms: np.ndarray,
+    name: str,
+    empty_reason: str,
+    slo_ms: float | None = None,
+    model: dict[str, Any] | None = None,
 ) -> None:
     """One CDF panel with its p50 and p99 drawn as vertical lines, and the SLO's target (if
-    any) with the share of the drawn requests within it."""
+    any) with the share of the drawn requests within it; ``model``, a run's ``uncertainty``,
+    adds the p50's and p99's model intervals as bands."""
     v = values_ms[np.isfinite(values_ms)]
     ax.set_title(f"{name} CDF (n={v.size:,})")
     ax.set_xlabel(f"{name} (ms)")
@@ -71,6 +77,7 @@ def _cdf_panel(
     p50, p99 = np.percentile(v, [50, 99])
     ax.axvline(p50, color="C1", ls=P50_STYLE, lw=1.3, label=f"p50 = {fmt_num(p50)} ms")
     ax.axvline(p99, color="C3", ls=P99_STYLE, lw=1.3, label=f"p99 = {fmt_num(p99)} ms")
+    _model_bands(ax, name.lower(), model)
     if slo_ms is not None:
         within = float(np.mean(v <= slo_ms)) * 100
         label = f"SLO {fmt_num(slo_ms)} ms ({within:.1f}% within)"
@@ -82,9 +89,28 @@ def _cdf_panel(
     ax.legend(loc="lower right", **LEGEND)
 
 
-def plot_latency_cdfs(requests: pd.DataFrame, slo_ms: dict[str, float] | None = None) -> Figure:
+def _model_bands(ax: Axes, metric: str, model: dict[str, Any] | None) -> None:
+    """The p50's and p99's model intervals (``explore.uncertainty``) as shaded bands."""
+    if not model or not model.get("available"):
+        return
+    level = f"{model['level']:.0%}"
+    for p, color in (("p50", "C1"), ("p99", "C3")):
+        span = model.get(f"{metric}_{p}_s")
+        if span is None:
+            continue
+        lo, hi = (v * 1e3 for v in span)
+        label = f"{p} {level} model interval {fmt_num(lo)}-{fmt_num(hi)} ms"
+        ax.axvspan(lo, hi, color=color, alpha=0.15, lw=0, label=label)
+
+
+def plot_latency_cdfs(
+    requests: pd.DataFrame,
+    slo_ms: dict[str, float] | None = None,
+    model: dict[str, Any] | None = None,
+) -> Figure:
     """TTFT and TPOT CDFs of finished requests side by side, with p50 and p99 marked, and
-    the scenario's SLO targets (``slo_ms``: ``{"ttft": ms, "tpot": ms}``, either optional)."""
+    the scenario's SLO targets (``slo_ms``: ``{"ttft": ms, "tpot": ms}``, either optional);
+    ``model``, the run's ``uncertainty``, adds the percentiles' model intervals."""
     slo_ms = slo_ms or {}
     fig = new_figure(1, 2, (11, 4.2))
     ax_ttft, ax_tpot = fig.axes
@@ -92,8 +118,9 @@ def plot_latency_cdfs(requests: pd.DataFrame, slo_ms: dict[str, float] | None = 
     rejected = count_status(requests, "rejected")
     why = "all requests rejected" if rejected and done.empty else "no finished requests"
     why_tpot = why if done.empty else "no finished request has output_len > 1"
-    _cdf_panel(ax_ttft, column_values(done, "ttft_s") * 1e3, "TTFT", why, slo_ms.get("ttft"))
-    _cdf_panel(ax_tpot, column_values(done, "tpot_s") * 1e3, "TPOT", why_tpot, slo_ms.get("tpot"))
+    ttft, tpot = (column_values(done, c) * 1e3 for c in ("ttft_s", "tpot_s"))
+    _cdf_panel(ax_ttft, ttft, "TTFT", why, slo_ms.get("ttft"), model)
+    _cdf_panel(ax_tpot, tpot, "TPOT", why_tpot, slo_ms.get("tpot"), model)
     note = f", {rejected:,} rejected" if rejected else ""
     fig.suptitle(f"Request latency: {len(done):,} finished{note}")
     return fig
@@ -341,14 +368,16 @@ def save_run_plots(
     out_dir: Path,
     fmt: str = "png",
     slo_ms: dict[str, float] | None = None,
+    model: dict[str, Any] | None = None,
 ) -> list[Path]:
     """Write the four per-run figures (and the prefix cache's, when the run kept one) into
     ``out_dir`` and return their paths; ``steps`` is the step table or its parquet file (read
-    a batch at a time); ``slo_ms`` the SLO targets the CDFs draw."""
+    a batch at a time); ``slo_ms`` the SLO targets the CDFs draw; ``model`` the run's
+    ``uncertainty`` (their percentiles' model intervals)."""
     check_fmt(fmt)
     binned = bin_steps_file(steps) if isinstance(steps, Path) else bin_steps(steps)
     makers: tuple[Callable[[], Figure], ...] = (
-        lambda: plot_latency_cdfs(requests, slo_ms),
+        lambda: plot_latency_cdfs(requests, slo_ms, model),
         lambda: plot_e2e_vs_prompt(requests),
         lambda: kv_timeline_figure(binned),
         lambda: step_timeline_figure(binned),

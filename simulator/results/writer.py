@@ -101,7 +101,14 @@ def write_result(
             path = folder / "steps.parquet"
             steps = path if path.exists() else MemorySink().close()
         slo = getattr(result.scenario, "slo", None)  # a scenario without an SLO: None
-        save_run_plots(result.requests, steps, folder / "plots", fmt=fmt, slo_ms=slo_ms(slo))
+        save_run_plots(
+            result.requests,
+            steps,
+            folder / "plots",
+            fmt=fmt,
+            slo_ms=slo_ms(slo),
+            model=result.summary.get("uncertainty"),
+        )
         if result.replicas is not None and not isinstance(steps, Path) and "replica" in steps:
             from simulator.plots.cluster import save_cluster_plots
 
