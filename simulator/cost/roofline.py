@@ -16,6 +16,7 @@ from simulator.cost.all_to_all import allgather_reducescatter_time
 from simulator.cost.batch import Batch, StepSums
 from simulator.cost.decode_times import roofline_decodes
 from simulator.cost.interface import CostModel
+from simulator.cost.kv_heads import replicated_kv_weight_bytes
 from simulator.cost.presets import Dtype, HardwareSpec, ModelSpec
 from simulator.errors import InputError
 
@@ -85,6 +86,7 @@ class RooflineCostModel(CostModel):
         self._weight_bytes = (model.weight_bytes - model.routed_expert_bytes) / tp
         if not model.is_moe:
             self._weight_bytes = model.weight_bytes / tp  # the dense formula, as it was
+        self._weight_bytes += replicated_kv_weight_bytes(model, tp)  # tp > KV heads
         self._moe = _expert_constants(model, tp)
         self._kv_bytes_per_token = model.kv_bytes_per_token_per_gpu(tp)
         self._compute_rate = mm_peak * cfg.compute_efficiency
