@@ -5,21 +5,37 @@ replicated on ``tp // num_kv_heads`` GPUs (vLLM's ``ModelConfig.get_num_kv_heads
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from simulator.errors import InputError
 
-if TYPE_CHECKING:
-    from simulator.cost.model_spec import ModelSpec
+
+class HeadShape(Protocol):
+    """What of ``model_spec.ModelSpec`` these need (a protocol: that module uses this one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def hidden_size(self) -> int: ...
+    @property
+    def num_kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def is_mla(self) -> bool: ...
+    @property
+    def weight_dtype_bytes(self) -> float | int: ...
 
 
-def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
+def kv_heads_per_gpu(model: HeadShape, tp: int) -> int:
     """KV heads one GPU of ``tp`` holds: its share, or 1 (replicated) when ``tp`` exceeds
     them (vLLM: ``max(1, num_kv_heads // tp)``)."""
     return max(1, model.num_kv_heads // tp)
 
 
-def replicated_kv_weight_bytes(model: ModelSpec, tp: int) -> float:
+def replicated_kv_weight_bytes(model: HeadShape, tp: int) -> float:
     """Bytes of K and V projection weights one GPU holds beyond its ``1 / tp`` share, because
     it keeps a whole replicated head (0 when ``tp`` divides the KV heads, and for MLA)."""
     if model.is_mla or tp <= model.num_kv_heads:
@@ -29,7 +45,7 @@ def replicated_kv_weight_bytes(model: ModelSpec, tp: int) -> float:
     return params * float(model.weight_dtype_bytes)
 
 
-def check_kv_split(model: ModelSpec, tp: int) -> None:
+def check_kv_split(model: HeadShape, tp: int) -> None:
     """Refuse a ``tp`` that neither divides nor is a multiple of the KV heads: vLLM's
     ``QKVParallelLinear`` splits or replicates them evenly, or does not start."""
     kv = model.num_kv_heads
