@@ -11,6 +11,7 @@ import pytest
 from simulator.cost import RooflineCostConfig, build_cost_model
 from simulator.cost.batch import Batch
 from simulator.cost.features import FeatureScales
+from simulator.cost.network import NetworkConfig
 from simulator.cost.presets import (
     ModelSpec,
     derive_num_blocks,
@@ -71,7 +72,8 @@ def test_given_blocks_past_the_replicated_cache_are_refused() -> None:
             "output_len": {"dist": "fixed", "value": 10},
         },
     }
-    scenario["cost_model"]["tp"] = 16
+    # TP 16 spans 2 nodes of 8 H100s: how they connect, one 400 Gb/s NIC per GPU
+    scenario["cost_model"].update(tp=16, network={"bandwidth": 50e9, "latency_us": 10})
     with pytest.raises(DoesNotFit, match="scheduler.num_blocks"):
         resolve(scenario)
 
@@ -82,7 +84,9 @@ def test_every_cost_model_reads_one_head_per_gpu_past_the_kv_heads() -> None:
     assert scales[0] == scales[1]  # was halved at TP 16
     kv = []
     for tp in (8, 16):
-        cost = build_cost_model(RooflineCostConfig(model="llama-3-8b", hardware="h100-sxm", tp=tp))
+        net = NetworkConfig(bandwidth=50e9)
+        cfg = RooflineCostConfig(model="llama-3-8b", hardware="h100-sxm", tp=tp, network=net)
+        cost = build_cost_model(cfg)
         assert isinstance(cost, RooflineCostModel)
         kv.append(cost.breakdown(Batch((1,) * 64, (4000,) * 64))["bytes_kv"])
     assert kv[0] == kv[1]
