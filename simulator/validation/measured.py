@@ -91,7 +91,11 @@ def read_measured(path: str | Path, fmt: MeasuredFormat) -> MeasuredRun:
     """The measured run at ``path`` in format ``fmt``."""
     file = Path(path)
     if not file.is_file():
-        raise InputError(f"{path}: file not found")
+        from simulator.workload.inputs import registered_hint
+
+        hint = registered_hint(path)  # a public real run, not fetched yet
+        where = f" (relative to {Path.cwd()}); {hint}" if hint else ""
+        raise InputError(f"{path}: file not found{where}")
     if fmt == "guidellm":
         raise InputError(f"{path}: a guidellm file holds several runs: read_measured_runs")
     readers = {"llmservingsim": _llmservingsim, "vllm-bench": _vllm_bench, "csv": _csv}
