@@ -100,3 +100,30 @@ def test_a_tp_that_splits_kv_heads_unevenly_is_refused() -> None:
     with pytest.raises(InputError, match=r"cost_model.tp: 5 .*num_kv_heads=8"):
         model.deployed(5, None, None)
     model.deployed(4, None, None)
+
+
+def test_a_cpu_tier_holds_every_rank_s_replicated_head() -> None:
+    # TP 16 of 8 KV heads: each of the 16 ranks offloads its own copy of one head
+    scenario: dict[str, Any] = {
+        "name": "tp16-offload",
+        "scheduler": {
+            "policy": "vllm-v1",
+            "kv_offload": {"cpu": {"size_gb": 10, "bandwidth_gb_s": 50}},
+        },
+        "cost_model": {
+            "type": "roofline",
+            "model": "llama-3-8b",
+            "hardware": "h100-sxm",
+            "tp": 16,
+            "network": {"bandwidth": 50e9},
+        },
+        "workload": {
+            "num_requests": 4,
+            "arrival": {"process": "poisson", "rate": 1},
+            "prompt_len": {"dist": "fixed", "value": 100},
+            "output_len": {"dist": "fixed", "value": 10},
+        },
+    }
+    per_token = resolve(scenario).scheduler.kv_offload
+    assert per_token is not None
+    assert per_token.kv_bytes_per_token == 2 * load_model("llama-3-8b").kv_bytes_per_token
