@@ -80,3 +80,17 @@ def test_a_read_only_out_says_so_as_the_default_folder_does(
         outdir.reserve_out_dir(default)
     assert str(by_default.value).startswith(f"{default}: cannot create (Read-only file system)")
     assert str(by_default.value).endswith("pass --out a folder you can write")
+
+
+def test_a_real_run_s_model_not_fetched_names_the_key_and_the_fetch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.paths import DATA
+
+    monkeypatch.chdir(tmp_path)  # its trace given, its model's config.json not fetched
+    trace = DATA / "llmservingsim" / "sharegpt-qwen3-30b-a3b-300-sps10.jsonl"
+    moe = str(ROOT / "scenarios" / "real-rtxpro6000-qwen3-30b-a3b.yaml")
+    assert main(["validate", moe, "--set", f"workload.trace.path={trace}"]) == 2
+    err = _one_line(capsys)
+    assert err.startswith("cost_model.model: model file data/llmservingsim/models/")
+    assert err.endswith("`servesim fetch llmservingsim` downloads it")
