@@ -16,7 +16,7 @@ from simulator.cost.roofline import RooflineCostConfig
 from simulator.engine.dp_padding import DPPadding, capture_sizes
 from simulator.engine.dp_simulation import DataParallelSimulation
 from simulator.engine.serving import ServingConfig
-from simulator.errors import InputError
+from simulator.errors import InputError, in_field
 from simulator.scheduling import make_scheduler
 from simulator.workload import Workload
 
@@ -44,7 +44,7 @@ def with_expert_parallel(cfg: ScenarioConfig) -> ScenarioConfig:
         )
     from simulator.cost.presets import load_hardware, load_model
 
-    model = load_model(cm.model)
+    model = in_field("cost_model.model", load_model, cm.model)
     if not model.is_moe:
         raise InputError(
             f"parallel.enable_expert_parallel: model {model.name} has no experts to split "

@@ -6,7 +6,9 @@ A derived ``num_blocks`` fits by construction (``derive_num_blocks``); a given o
 quickstart's 4,000 blocks of Llama-3-70B on one 80 GB GPU), and then the scenario is refused
 with the arithmetic rather than simulated. A linear cost model names no model or GPU, so its
 scenarios cannot be checked and are not. Nor can vLLM start with a cache that cannot hold one
-request of ``scheduler.max_model_len`` tokens (``check_max_model_len``).
+request of ``scheduler.max_model_len`` tokens (``check_max_model_len``), with a token budget
+below ``max_num_seqs`` (``check_budgets``), or with a TP group spanning nodes whose network
+the scenario does not describe (``check_nodes``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simulator.cost.presets import activation_peak_bytes, load_hardware, load_model
-from simulator.errors import DoesNotFit, in_field
+from simulator.errors import DoesNotFit, InputError, in_field
 
 if TYPE_CHECKING:
     from simulator.config import ScenarioConfig
@@ -25,8 +27,10 @@ if TYPE_CHECKING:
 __all__ = [
     "DoesNotFit",
     "MemoryBudget",
+    "check_budgets",
     "check_max_model_len",
     "check_memory",
+    "check_nodes",
     "check_scenario_memory",
     "memory_budget",
 ]
@@ -141,3 +145,32 @@ def check_max_model_len(sched: SchedulerConfig, prefix: str = "") -> None:
         f"cache, so vLLM would not start; the longest that fits is "
         f"{num_blocks * sched.block_size:,} tokens"
     )
+
+
+def check_nodes(cm: CostModelConfig, prefix: str = "") -> None:
+    """Refuse (``DoesNotFit``) a TP group larger than one node of its GPUs when the cost model
+    does not say how the nodes connect (``network.nodes_spanned``); a fitted preset's ``tp``
+    is what it was measured at, and is not checked."""
+    from simulator.cost.gpus import named_gpus
+    from simulator.cost.network import nodes_spanned
+
+    gpus = named_gpus(cm, prefix)
+    if gpus is None or getattr(cm, "tp", None) is None:
+        return
+    hw = in_field(f"{gpus.where}hardware", load_hardware, gpus.hardware)
+    nodes_spanned(gpus.tp, hw, getattr(cm, "network", None), gpus.where)
+
+
+def check_budgets(sched: SchedulerConfig, prefix: str = "", defaulted: bool = False) -> None:
+    """Refuse budgets vLLM refuses at start-up (its ``SchedulerConfig``): a step's token budget
+    below ``max_num_seqs`` (every running sequence needs a token per step). Its other check,
+    a budget below ``max_model_len`` without chunked prefill, cannot arise: both policies
+    always chunk prefills, as vLLM v1 does by default. ``defaulted``: the budget is the one
+    ``vllm serve`` sets, not the scenario's (the message says so)."""
+    tokens, seqs = sched.budgets()
+    if tokens < seqs:
+        given = " (vllm serve's default on this GPU)" if defaulted else ""
+        raise InputError(
+            f"{prefix}scheduler.max_num_batched_tokens: {tokens:,}{given} is below max_num_seqs "
+            f"({seqs:,}); vLLM refuses to start (it must be at least max_num_seqs)"
+        )

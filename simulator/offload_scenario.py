@@ -42,7 +42,11 @@ def _kv_bytes(cm: CostModelConfig, field: str) -> int:
         raise InputError(
             f"{field}: required with a cost model that names no model, such as a linear one"
         )
-    return in_field(f"{gpus.where}model", load_model, gpus.model).kv_bytes_per_token
+    model = in_field(f"{gpus.where}model", load_model, gpus.model)
+    if not model.is_mla and gpus.tp > model.num_kv_heads:
+        # each of the tp ranks stores its own KV, one replicated head each (vLLM)
+        return model.kv_bytes_per_token * gpus.tp // model.num_kv_heads
+    return model.kv_bytes_per_token
 
 
 def resolve_tiers(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = "") -> SchedulerConfig:

@@ -47,9 +47,10 @@ def check_can_create_in(folder: Path, label: str, *, make_folder: bool = False) 
     anchor = nearest_existing(folder)
     if not anchor.is_dir():
         raise InputError(f"{label}: cannot create ({anchor} is not a folder)")
-    if not os.access(anchor, os.W_OK | os.X_OK):
-        raise InputError(f"{label}: cannot create ({os.strerror(errno.EACCES)})")
-    try:  # a real attempt: root passes os.access, and /proc or a read-only mount do not say
+    denied = not os.access(anchor, os.W_OK | os.X_OK)
+    try:  # a real attempt: root passes os.access, and /proc does not say; and its error
+        # says why (a read-only mount's "Read-only file system", as the default folder's
+        # mkdir says it, where os.access only answers no)
         if make_folder:
             os.rmdir(tempfile.mkdtemp(prefix=".servesim-probe-", dir=anchor))
         else:
@@ -58,6 +59,8 @@ def check_can_create_in(folder: Path, label: str, *, make_folder: bool = False) 
             os.unlink(probe)
     except OSError as err:
         raise InputError(f"{label}: cannot create ({reason_of(err)})") from None
+    if denied:
+        raise InputError(f"{label}: cannot create ({os.strerror(errno.EACCES)})")
 
 
 def check_output_file(path: str | Path, label: str | None = None) -> Path:

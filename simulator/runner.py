@@ -21,7 +21,12 @@ from simulator.engine.simulation import Simulation
 from simulator.engine.step_sink import make_sink
 from simulator.engine.watch import StopRule
 from simulator.errors import DoesNotFit, InputError, in_field, warn
-from simulator.feasibility import check_max_model_len, check_scenario_memory
+from simulator.feasibility import (
+    check_budgets,
+    check_max_model_len,
+    check_nodes,
+    check_scenario_memory,
+)
 from simulator.scheduling import SchedulerConfig, make_scheduler
 from simulator.version import __version__
 from simulator.workload import Workload, check_input_files, generate
@@ -31,7 +36,9 @@ def scheduler_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = "")
     """``sched`` with what it leaves out filled in for the GPUs of ``cm``: the budgets as
     ``vllm serve`` sets them (``serve_budgets``), then ``num_blocks`` (``num_blocks_for``);
     ``prefix`` goes before the keys named in errors (a cluster's replica group)."""
-    if sched.max_num_batched_tokens is None or sched.max_num_seqs is None:
+    check_nodes(cm, prefix)  # a TP group beyond one node, before its memory is derived
+    defaulted = sched.max_num_batched_tokens is None
+    if defaulted or sched.max_num_seqs is None:
         from simulator.cost.presets import load_hardware, serve_budgets
 
         gpus = named_gpus(cm, prefix)
@@ -42,6 +49,7 @@ def scheduler_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = "")
         )
         tokens, seqs = serve_budgets(hw, sched.max_num_batched_tokens, sched.max_num_seqs)
         sched = sched.model_copy(update={"max_num_batched_tokens": tokens, "max_num_seqs": seqs})
+    check_budgets(sched, prefix, defaulted)
     if sched.num_blocks is None:
         sched = sched.model_copy(update={"num_blocks": num_blocks_for(sched, cm, prefix)})
     check_max_model_len(sched, prefix)

@@ -254,3 +254,65 @@ def test_stats_are_numpy_linear_percentiles() -> None:
     got = stats(values)
     assert got["mean"] == 2.5 and got["p50"] == 2.5
     assert got["p90"] == pytest.approx(3.7) and got["p99"] == pytest.approx(3.97)
+
+
+# ---- the same requests, by id; rows that cannot be (issue 36) --------------------------------
+
+
+def test_measured_ids_must_be_the_simulated_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # two requests each side, so the count agrees; the ids do not ({0, 5} against {0, 1})
+    scenario = tmp_path / "two.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO))
+    path = tmp_path / "m.csv"
+    path.write_text("request_id,ttft_s,tpot_s,e2e_s\n0,0.1,,0.2\n5,0.1,,0.2\n")
+    msg = _bad(capsys, str(scenario), str(path), "--set", "workload.num_requests=2")
+    assert msg.endswith(
+        f"{path}: request ids differ from the simulation {scenario}: measured only {{5}}, "
+        "simulated only {1}: not the same requests"
+    )
+
+
+def test_lengths_are_matched_request_by_request_where_named(
+    sim_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # two requests' prompts swapped: the same lengths sorted, not the same requests
+    req = requests(sim_dir).copy()
+    a, b = req.index[req["prompt_len"] != req.loc[0, "prompt_len"]][0], 0
+    req.loc[[a, b], "prompt_len"] = req.loc[[b, a], "prompt_len"].to_numpy()
+    msg = _bad(capsys, str(sim_dir), str(as_llmservingsim(req, tmp_path / "swap.jsonl")))
+    assert "prompt lengths differ" in msg and "(request 0: measured" in msg
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        (
+            "request_id,ttft_s,tpot_s,e2e_s\n0,0.1,,0.2\n1,0.1,,0.05\n",
+            r"m\.csv:3: E2E 0\.05 s is shorter than its TTFT 0\.1 s",
+        ),
+        (
+            "request_id,ttft_s,tpot_s,e2e_s\nbench-0,0.1,,0.2\nbench-0,0.1,,0.2\n",
+            r"m\.csv:3: .*twice",
+        ),
+        ("request_id,ttft_s,tpot_s,e2e_s\nabc,0.1,,0.2\n", r"m\.csv:2: request_id 'abc' names no"),
+    ],
+)
+def test_rows_that_cannot_be_are_named(
+    sim_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, match: str
+) -> None:
+    import re
+
+    path = tmp_path / "m.csv"
+    path.write_text(text)
+    assert re.search(match, _bad(capsys, str(sim_dir), str(path)))
+
+
+def test_negative_times_in_a_vllm_bench_file_are_named(
+    sim_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "b.json"
+    bench = {"input_lens": [1, 2], "output_lens": [1, 2], "ttfts": [0.1, -0.2], "itls": [[], [0.1]]}
+    path.write_text(json.dumps(bench))
+    assert "request #1 (ttfts[1]): TTFT -0.2 s is negative" in _bad(capsys, str(sim_dir), str(path))

@@ -187,3 +187,49 @@ def test_replicas_for_an_slo_requests_alone_miss_is_none_and_unpriced(
     assert row["reason"].startswith("even requests sent one at a time miss it: tpot_p99_ms ")
     assert pd.isna(row["gpus"]) and pd.isna(row["replicas"])  # no deployment to price
     assert "usd_per_hour" not in row or pd.isna(row["usd_per_hour"])
+
+
+def test_search_takes_keys_that_vary_together_and_labels_replica_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "2 x H100 TP2 against 1 x H200": two deployments, not the cartesian four
+    from simulator.plots.search import plot_search
+
+    out = tmp_path / "srch"
+    grid = "layout,cost_model.hardware,cost_model.tp=h100-tp2,h100-sxm,2;h200-tp1,h200,1"
+    argv = ["search", str(write(tmp_path, ROOFLINE)), "--grid", grid, "--seeds", "1"]
+    argv += ["--slo", "ttft_p99_ms=300", "--replicas-for", "40", "--out", str(out)]
+    assert main([*argv, "--jobs", "1", "--no-plots"]) == 0
+    table = pd.read_parquet(out / "search.parquet")
+    assert list(table["layout"]) == ["h100-tp2", "h200-tp1"]
+    assert list(table["cost_model.hardware"]) == ["h100-sxm", "h200"]
+    assert list(table["cost_model.tp"]) == [2, 1]
+    assert list(table["gpus"]) == list(table["replicas"] * table["cost_model.tp"])
+    assert "h100-tp2" in capsys.readouterr().out
+    keys = json.loads((out / "search.json").read_text())["keys"]
+    assert keys == ["layout"]  # the variants' name labels the points
+    ax = plot_search(table, keys).axes[0]
+    # the points are at the load asked for, not at each one's capacity
+    assert ax.get_xlabel() == "p99 TTFT at 40 req/s (ms)"
+    assert "capacity" not in ax.get_ylabel()
+    labels = sorted(t.get_text() for t in ax.texts)
+    want = [f"layout={n}, {r} replica{'' if r == 1 else 's'}" for n, r in
+            zip(table["layout"], table["replicas"], strict=True)]  # fmt: skip
+    assert labels == sorted(want)
+
+
+def test_search_capacity_figure_still_says_at_capacity() -> None:
+    from simulator.plots.search import plot_search
+
+    table = pd.DataFrame(
+        {
+            "status": ["found"],
+            "ttft_p99_s": [0.1],
+            "usd_per_million_tokens": [1.0],
+            "cheapest": [True],
+            "cost_model.tp": [2],
+        }  # fmt: skip
+    )
+    ax = plot_search(table, ["cost_model.tp"]).axes[0]
+    assert ax.get_xlabel() == "p99 TTFT at capacity (ms)"
+    assert [t.get_text() for t in ax.texts] == ["tp=2"]

@@ -189,7 +189,7 @@ def _backend(args: argparse.Namespace, units: int) -> Any:
     from simulator.explore.backends import make_backend
 
     jobs = args.jobs
-    if args.backend == "local" and jobs == 0:
+    if args.backend == "local" and jobs is None:
         # the seeds' searches run side by side, one probe each at a time
         jobs = min(units, os.cpu_count() or 1)
     return make_backend(args.backend, jobs, args.address)

@@ -86,7 +86,7 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--jobs",
         type=int,
-        default=0,
+        default=None,
         help="simulations at once: local processes, or the CPUs of a local Ray instance "
         "(default: all cores; 1: in this process)",
     )

@@ -37,7 +37,9 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         required=True,
         metavar="KEY=V1,V2,...",
         help="values of a dotted key to search (repeatable: the cartesian product), e.g. "
-        "cost_model.hardware=a100-80gb,h100-sxm",
+        "cost_model.hardware=a100-80gb,h100-sxm; keys given together vary together, one "
+        "variant per ';', as in servesim sweep: 'name,cost_model.hardware,cost_model.tp="
+        "2xH100-TP2,h100-sxm,2;1xH200,h200,1'",
     )
     add_search_args(p)
     p.add_argument(
@@ -68,7 +70,7 @@ def _spec(args: argparse.Namespace) -> tuple[SearchSpec, Any]:
     from simulator.explore.slo import make_target
     from simulator.explore.sweep import check_some_point_is_valid, parse_grid, sweep_base
 
-    grid = parse_grid(args.grid)
+    grid = parse_grid(args.grid, zipped=True)
     base, cfg = sweep_base(args.scenario, args.set, grid)
     check_some_point_is_valid(base, grid, args.scenario)
     slo = cfg.slo.model_dump() if cfg.slo is not None else None
@@ -103,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     that meets the SLO."""
     from simulator.explore.backends import check_backend, make_backend
     from simulator.explore.driver import drive
+    from simulator.explore.grid import cell_keys
     from simulator.explore.search import check_points, search_table, searches
     from simulator.results.outdir import check_out_dir
     from simulator.results.writer import write_search
@@ -129,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     failed = int((table["status"] == "failed").sum())
     counts = ", ".join(f"{n} {status}" for status, n in table["status"].value_counts().items())
     print(f"{cfg.name}: {len(table)} deployments searched ({counts}); results in {out}")
-    print(search_console_table(table, list(spec.grid)))
+    print(search_console_table(table, cell_keys(spec.grid)))
     for row in table[table["reason"].notna()].itertuples(index=False):
         print(f"  {row.point}: {row.status}: {row.reason}")  # every non-found status says why
     if not table["status"].isin(["found", "max_probes"]).any():  # as capacity's none
@@ -169,12 +172,14 @@ def spec_points(spec: SearchSpec) -> list[Any]:
 
 
 def _meta(args: argparse.Namespace, spec: SearchSpec, cfg: Any) -> dict[str, Any]:
+    from simulator.explore.grid import label_keys
+
     return {
         "scenario_name": cfg.name,
         "scenario": args.scenario,
         "set": args.set,
         "grid": spec.grid,
-        "keys": list(spec.grid),
+        "keys": label_keys(spec.grid),  # what labels the figure's points
         "slo": spec.target.to_json(),
         "seeds": list(spec.seeds),
         "tolerance": spec.tolerance,

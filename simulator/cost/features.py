@@ -84,11 +84,13 @@ class FeatureScales(BaseModel):
         if tp < 1:
             raise InputError(f"tp must be >= 1, got {tp}")
         ms = 1e3
+        # each GPU reads its KV heads: one whole head when tp exceeds them (vLLM replicates)
+        kv_share = tp if model.is_mla else min(tp, model.num_kv_heads)
         return cls(
             matmul_ms_per_token=model.flops_per_token_matmul / (tp * hw.peak_flops) * ms,
             weight_read_ms=model.weight_bytes / (tp * hw.hbm_bandwidth) * ms,
             attention_ms_per_pair=model.attention_flops_per_pair / (tp * hw.peak_flops) * ms,
-            kv_read_ms_per_token=model.kv_bytes_per_token / (tp * hw.hbm_bandwidth) * ms,
+            kv_read_ms_per_token=model.kv_bytes_per_token / (kv_share * hw.hbm_bandwidth) * ms,
         )
 
     def with_knee(self, knee_tokens: int | None) -> FeatureScales:

@@ -48,6 +48,10 @@ class HardwareSpec(BaseModel):
     """Lanes of that link (16 on every preset)."""
     allreduce_latency_us: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     """Fixed latency of one small all-reduce between these GPUs, microseconds."""
+    gpus_per_node: int | None = Field(default=None, ge=1)
+    """GPUs of one node sharing ``interconnect`` (an HGX board: 8): a TP group larger than
+    this crosses the network, which a scenario must describe (``cost_model.network``); None:
+    not known, not checked."""
     cost_per_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Dollars per GPU-hour (on-demand cloud rental), for ``servesim search``'s cost columns;
     None if unknown (``search --gpu-cost NAME=USD`` sets or overrides it)."""

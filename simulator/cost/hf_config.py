@@ -88,7 +88,11 @@ def read_hf_config(path: str | Path) -> ModelSpec:
 
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise InputError(f"model file {path}: not found")
+        # a real run's model: the files the real-* scenarios read, not fetched yet
+        fetch = (
+            "; `servesim fetch llmservingsim` downloads it" if "llmservingsim" in path.parts else ""
+        )
+        raise InputError(f"model file {path}: not found (relative to {Path.cwd()}){fetch}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.cost.dtypes import DTYPE_BYTES, Dtype, nbytes
+from simulator.cost.kv_heads import check_kv_split, replicated_kv_weight_bytes
 from simulator.errors import InputError
 
 __all__ = ["DTYPE_BYTES", "Dtype", "ModelSpec"]
@@ -284,13 +285,15 @@ class ModelSpec(BaseModel):
     def weight_bytes_per_gpu(self, tp: int, ep: int | None = None) -> float:
         """Bytes of weights one GPU holds: everything but the routed experts split over the
         ``tp`` GPUs of a tensor-parallel group, the routed experts over ``ep`` GPUs (expert
-        parallelism over all ranks; None: ``tp``, experts sharded as the rest)."""
+        parallelism over all ranks; None: ``tp``, experts sharded as the rest); plus the K/V
+        projections of a replicated KV head (``kv_heads.replicated_kv_weight_bytes``)."""
+        extra = replicated_kv_weight_bytes(self, tp)
         if not self.is_moe:
-            return self.weight_bytes / tp
+            return self.weight_bytes / tp + extra
         if ep is not None:
             self.experts_per_rank(ep)
         routed = self.routed_expert_bytes
-        return (self.weight_bytes - routed) / tp + routed / (ep or tp)
+        return (self.weight_bytes - routed) / tp + extra + routed / (ep or tp)
 
     @property
     def kv_elements_per_token_per_layer(self) -> int:
@@ -310,11 +313,11 @@ class ModelSpec(BaseModel):
         return nbytes(elements, self.kv_dtype_bytes)
 
     def kv_bytes_per_token_per_gpu(self, tp: int) -> float:
-        """KV bytes of one token on one GPU of a ``tp`` group: its share of the KV heads; MLA's
-        latent is not split by heads, every GPU keeps all of it (as vLLM does)."""
+        """KV bytes of one token on one GPU of ``tp``: its share of the KV heads, one whole head
+        when ``tp`` exceeds them (replicated, ``kv_heads``); MLA's latent whole on every GPU."""
         if self.is_mla:
             return float(self.kv_bytes_per_token)
-        return self.kv_bytes_per_token / tp
+        return self.kv_bytes_per_token / min(tp, self.num_kv_heads)
 
     # -- FLOPs -----------------------------------------------------------------------------
 
@@ -377,13 +380,14 @@ class ModelSpec(BaseModel):
         return self.num_moe_layers * self.expected_distinct_experts(tokens) * self.expert_bytes / ep
 
     def deployed(self, tp: int, weight_dtype: Dtype | None, kv_dtype: Dtype | None) -> ModelSpec:
-        """The model as a cost model runs it: ``tp`` checked against the attention heads, the
-        weights and KV cache at these dtypes (None: the model's own)."""
+        """The model as a cost model runs it: ``tp`` checked against the attention and KV
+        heads, the weights and KV cache at these dtypes (None: the model's own)."""
         if self.num_heads % tp != 0:
             raise InputError(
                 f"cost_model.tp: {tp} does not divide num_heads={self.num_heads} "
                 f"of model {self.name}"
             )
+        check_kv_split(self, tp)
         return self.with_dtypes(weight_dtype, kv_dtype)
 
     def with_dtypes(self, weight_dtype: Dtype | None, kv_dtype: Dtype | None) -> ModelSpec:

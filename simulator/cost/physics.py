@@ -23,6 +23,7 @@ from simulator.cost.all_to_all import all_to_all_time
 from simulator.cost.batch import Batch, StepSums
 from simulator.cost.dtypes import Dtype
 from simulator.cost.interface import CostModel
+from simulator.cost.network import NetworkConfig, cross_node_allreduce
 from simulator.cost.physics_params import PhysicsParams
 from simulator.cost.physics_terms import RankShape, chunk_wave, sequence_time, token_time
 from simulator.cost.presets import HardwareSpec, ModelSpec
@@ -51,6 +52,10 @@ class PhysicsCostConfig(BaseModel):
     bandwidth and latency."""
     tp: int = Field(default=1, ge=1)
     """Tensor-parallel degree: each rank computes its shard; 2 all-reduces per layer."""
+    network: NetworkConfig | None = None
+    """How nodes connect when ``tp`` exceeds the GPUs of one node (the hardware preset's
+    ``gpus_per_node``): each all-reduce's cross-node part over this link; without it such a
+    ``tp`` is refused (docs/cost_models.md, "TP across nodes")."""
     expert_parallel: int = Field(default=1, ge=1)
     """Expert-parallel ranks the routed experts are split over (set from ``parallel``): each
     MoE layer computes the rank's experts for its share of the tokens of all ranks, plus the
@@ -94,6 +99,9 @@ class PhysicsCostModel(CostModel):
         self._bw = hw.hbm_bandwidth * m_scale
         self.shape = shape = RankShape.of(model, cfg.tp, ep)
         comm_fixed, self._comm_per_token = _link_constants(cfg.tp, ep, model, hw, params)
+        cross_fixed, cross_per_token = cross_node_allreduce(model, cfg.tp, hw, cfg.network)
+        comm_fixed += cross_fixed
+        self._comm_per_token += cross_per_token
         counts = np.arange(_TABLE + 1, dtype=float)
         tokens = self._token_terms(counts)
         tokens = tokens + np.where(counts > 0, comm_fixed + self._comm_per_token * counts, 0.0)

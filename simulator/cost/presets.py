@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from simulator.cost.hardware_spec import HardwareSpec
 from simulator.cost.hf_config import read_hf_config
+from simulator.cost.kv_heads import kv_heads_per_gpu
 from simulator.cost.model_spec import DTYPE_BYTES, Dtype, ModelSpec
 from simulator.errors import DoesNotFit, InputError
 from simulator.strict_types import find_loose_scalar
@@ -153,7 +154,7 @@ def activation_peak_bytes(
     Memory vLLM allocates outside PyTorch (cuBLAS and attention workspaces, NCCL buffers) and
     CUDA graphs are not counted: docs/cost_models.md compares the result with a real run."""
     m, d = model, model.dtype_bytes
-    qkv = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim // tp
+    qkv = (m.num_heads // tp + 2 * kv_heads_per_gpu(m, tp)) * m.head_dim  # KV replicated
     forward = max_num_batched_tokens * d * (2 * m.hidden_size + qkv + _mlp_transient(m, tp))
     rows = min(max_num_seqs, max_num_batched_tokens)
     sampler = rows * m.vocab_size * (d + 4 * 4 + 8)
@@ -207,8 +208,9 @@ def derive_num_blocks(
     are given), divided by a block's bytes on one GPU (its share of the KV heads).
 
     Weights and KV heads are both sharded over the ``tp`` GPUs (routed experts over ``ep``,
-    default ``tp``: ``ModelSpec.weight_bytes_per_gpu``); MLA's latent KV is kept whole on
-    every GPU; KV-head replication when ``tp > num_kv_heads`` is ignored."""
+    default ``tp``: ``ModelSpec.weight_bytes_per_gpu``); when ``tp`` exceeds the KV heads
+    each GPU keeps one whole head, replicated as vLLM does (``kv_heads``); MLA's latent KV is
+    kept whole on every GPU."""
     if tp < 1:
         raise InputError(f"tp must be >= 1, got {tp}")
     if block_size < 1:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.cost.batch import Batch, StepSums
 from simulator.cost.interface import CostModel
+from simulator.cost.network import NetworkConfig, cross_node_allreduce
 from simulator.cost.presets import Dtype, HardwareSpec, ModelSpec
 from simulator.cost.profile_checks import check_shape, moe_table
 from simulator.cost.profiled_experts import ProfiledExperts
@@ -69,6 +70,10 @@ class ProfiledCostConfig(BaseModel):
     budget's weight bytes (the profile's times are what they are)."""
     kv_dtype: Dtype | None = None
     """Dtype of the KV cache, overriding the model's: the KV budget and roofline attention."""
+    network: NetworkConfig | None = None
+    """How nodes connect when ``tp`` exceeds the GPUs of one node (the hardware preset's
+    ``gpus_per_node``): each all-reduce's cross-node part over this link; without it such a
+    ``tp`` is refused (docs/cost_models.md, "TP across nodes")."""
     expert_parallel: int = Field(default=1, ge=1)
     """GPUs the routed experts are split over (set from ``parallel``: the data-parallel ranks
     times ``tp``): each MoE layer computes its share of the experts for the tokens of all DP
@@ -95,6 +100,9 @@ class ProfiledCostModel(CostModel):
         self._compute_rate = hw.peak_flops * cfg.compute_efficiency
         self._memory_rate = hw.hbm_bandwidth * cfg.memory_efficiency
         comm_fixed, comm_per_token = self._allreduce_constants()
+        if not profile.includes_tp_comm:  # the all-reduces' cross-node part, if any
+            cross_fixed, cross_per_token = cross_node_allreduce(model, cfg.tp, hw, cfg.network)
+            comm_fixed, comm_per_token = comm_fixed + cross_fixed, comm_per_token + cross_per_token
         self._experts = self._expert_layers(moe_table(profile, model))
         # an MoE model's dense MLP operators run in its dense layers only
         tokens = _weighted_sum(

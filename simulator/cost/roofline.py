@@ -16,6 +16,8 @@ from simulator.cost.all_to_all import allgather_reducescatter_time
 from simulator.cost.batch import Batch, StepSums
 from simulator.cost.decode_times import roofline_decodes
 from simulator.cost.interface import CostModel
+from simulator.cost.kv_heads import replicated_kv_weight_bytes
+from simulator.cost.network import NetworkConfig, cross_node_allreduce
 from simulator.cost.presets import Dtype, HardwareSpec, ModelSpec
 from simulator.errors import InputError
 
@@ -50,6 +52,10 @@ class RooflineCostConfig(BaseModel):
     their bytes at its size and their matmuls at the GPU's peak for it."""
     kv_dtype: Dtype | None = None
     """Dtype of the KV cache, overriding the model's (bytes per element)."""
+    network: NetworkConfig | None = None
+    """How nodes connect when ``tp`` exceeds the GPUs of one node (the hardware preset's
+    ``gpus_per_node``): each all-reduce's cross-node part over this link; without it such a
+    ``tp`` is refused (docs/cost_models.md, "TP across nodes")."""
     expert_parallel: int = Field(default=1, ge=1)
     """GPUs the routed experts are split over (set from ``parallel``: data-parallel ranks times
     ``tp``): each GPU reads its experts the tokens of all DP ranks touch and computes their
@@ -85,12 +91,16 @@ class RooflineCostModel(CostModel):
         self._weight_bytes = (model.weight_bytes - model.routed_expert_bytes) / tp
         if not model.is_moe:
             self._weight_bytes = model.weight_bytes / tp  # the dense formula, as it was
+        self._weight_bytes += replicated_kv_weight_bytes(model, tp)  # tp > KV heads
         self._moe = _expert_constants(model, tp)
         self._kv_bytes_per_token = model.kv_bytes_per_token_per_gpu(tp)
         self._compute_rate = mm_peak * cfg.compute_efficiency
         self._memory_rate = hw.hbm_bandwidth * cfg.memory_efficiency
         self._overhead = cfg.overhead_ms * _MS
         self._comm_per_token, self._comm_fixed = self._allreduce_constants(cfg, model)
+        cross_fixed, cross_per_token = cross_node_allreduce(model, tp, hw, cfg.network)
+        self._comm_fixed += cross_fixed
+        self._comm_per_token += cross_per_token
         # the plain dense step, or one with the MoE/MLA terms
         self._plain = self._moe is None and not model.is_mla
         self._ep = self._expert_parallel(cfg, model, hw)

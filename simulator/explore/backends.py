@@ -11,12 +11,13 @@ BACKENDS = ("local", "ray")
 """The names ``--backend`` takes."""
 
 
-def check_backend(name: str, jobs: int, address: str | None = None) -> None:
-    """Refuse, in one line and before anything runs, a backend that cannot be made."""
+def check_backend(name: str, jobs: int | None, address: str | None = None) -> None:
+    """Refuse, in one line and before anything runs, a backend that cannot be made (``jobs``
+    None: one per core; 0 is refused, as no simulation would run)."""
     from simulator.errors import InputError
 
-    if jobs < 0:
-        raise InputError(f"--jobs {jobs}: must be >= 0 (0 = all cores)")
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs {jobs}: must be >= 1 (leave it out for one per core)")
     if name not in BACKENDS:
         raise InputError(f"--backend {name}: unknown; known: {', '.join(BACKENDS)}")
     if address is not None and name != "ray":
@@ -27,8 +28,8 @@ def check_backend(name: str, jobs: int, address: str | None = None) -> None:
         import_ray()
 
 
-def make_backend(name: str, jobs: int, address: str | None = None) -> Backend:
-    """The backend ``--backend NAME --jobs N [--address A]`` asks for (``jobs`` 0: one per
+def make_backend(name: str, jobs: int | None, address: str | None = None) -> Backend:
+    """The backend ``--backend NAME --jobs N [--address A]`` asks for (``jobs`` None: one per
     core; 1 with ``local``: in this process)."""
     check_backend(name, jobs, address)
     if name == "ray":

@@ -121,6 +121,17 @@ def plot_keys(grid: dict[str, list[Any]]) -> list[str]:
     return out
 
 
+def label_keys(grid: dict[str, list[Any]]) -> list[str]:
+    """The columns that tell points apart in a figure's labels: a zipped entry's name, else
+    every key of the entry (a search's Pareto points)."""
+    out = []
+    for axis in grid:
+        keys = axis_keys(axis)
+        named = [k for k in keys if len(keys) > 1 and is_variant_name(k)]
+        out.extend(named[:1] or keys)
+    return out
+
+
 def axis_text(axis: str, values: list[Any]) -> str:
     """A grid entry as ``--grid`` spells it."""
     if len(axis_keys(axis)) == 1:

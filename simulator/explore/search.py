@@ -16,6 +16,7 @@ from simulator.config import ScenarioConfig, apply_overrides, validate
 from simulator.errors import InputError, MissingFile
 from simulator.explore.driver import Search
 from simulator.explore.estimate import SeededCapacity, seeded_capacity
+from simulator.explore.grid import cell_keys
 from simulator.explore.pricing import cost_per_hour
 from simulator.explore.probe import load_for
 from simulator.explore.replicas import REPLICAS_KEY, Replicas, replicas_search
@@ -55,7 +56,7 @@ def check_points(spec: SearchSpec) -> None:
     """Before anything runs: every point is a valid scenario with a known price (one line
     naming the first that is not), and replicas can be set if asked for."""
     asks = spec.replicas_for is not None or spec.replicas_for_scenario
-    if asks and REPLICAS_KEY in spec.grid:
+    if asks and REPLICAS_KEY in cell_keys(spec.grid):
         raise InputError(f"--replicas-for: {REPLICAS_KEY} is what it finds; drop its --grid")
     for point in grid_points(spec.grid):
         cfg = point_config(spec, point)
@@ -128,7 +129,7 @@ def does_not_fit(spec: SearchSpec, point: GridPoint) -> str | None:
 
 def point_search(spec: SearchSpec, point: GridPoint) -> Search[dict[str, Any]]:
     """One point's search as a generator for ``drive``: its row in the table."""
-    row: dict[str, Any] = {k: json_cell(v) for k, v in point.values.items()}
+    row: dict[str, Any] = {k: json_cell(v) for k, v in point.cells.items()}  # names too
     row["point"] = point.name
     overrides = tuple(point.values.items())
     problem = does_not_fit(spec, point)
@@ -186,7 +187,7 @@ def search_table(rows: list[dict[str, Any]], grid: dict[str, list[Any]]) -> pd.D
     """The rows as a table, grid columns of one type each, and ``cheapest``: the point that
     meets the SLO at the lowest cost per million tokens."""
     table = pd.DataFrame(rows)
-    for key in grid:
+    for key in cell_keys(grid):
         if table[key].map(type).nunique() > 1:  # mixed int/float grid values: one dtype
             table[key] = table[key].astype(str)
     cost = pd.to_numeric(table.get("usd_per_million_tokens", pd.Series(np.nan, table.index)))

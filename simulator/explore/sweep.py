@@ -119,7 +119,7 @@ def run_sweep(
     out: Path,
     *,
     source: str = "scenario",
-    jobs: int = 0,
+    jobs: int | None = None,
     plots: bool = True,
     fmt: str = "png",
     progress: bool | None = None,
@@ -128,7 +128,7 @@ def run_sweep(
     report: Callable[[str], object] | None = None,
 ) -> pd.DataFrame:
     """Run every grid point into ``out/runs/<point>/``, on ``backend`` (``local``: ``jobs``
-    processes, 0 = all cores, 1 = this process; ``ray``: Ray tasks). ``report``, if given,
+    processes, None = one per core, 1 = this process; ``ray``: Ray tasks). ``report``, if given,
     gets a progress line at each tenth of the runs done and at least every 30 s (for logs,
     where a bar cannot redraw).
 

@@ -1,6 +1,7 @@
 """The figure of a design search: each deployment's cost per million tokens against its p99
-TTFT at capacity, the Pareto front (no other point is both cheaper and faster), and the
-cheapest point that meets the SLO."""
+TTFT at its capacity (or, with ``--replicas-for``, at the requested load with the fewest
+replicas that serve it, each point labelled with that count), the Pareto front (no other
+point is both cheaper and faster), and the cheapest point that meets the SLO."""
 
 from __future__ import annotations
 
@@ -34,11 +35,31 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _label(row: pd.Series, keys: list[str]) -> str:
-    return ", ".join(f"{k.rsplit('.', 1)[-1]}={row[k]}" for k in keys)
+    text = ", ".join(f"{k.rsplit('.', 1)[-1]}={row[k]}" for k in keys)
+    replicas = row.get("replicas")
+    if replicas is not None and pd.notna(replicas):  # --replicas-for: the count it found
+        n = int(replicas)
+        text += f"{', ' if text else ''}{n} replica{'' if n == 1 else 's'}"
+    return text
+
+
+def _where(ok: pd.DataFrame) -> tuple[str, str]:
+    """(legend, axis wording) of where the points were measured: at each deployment's
+    capacity, or (``--replicas-for``) at the load asked for."""
+    if "replicas" not in ok:
+        return "deployment at its capacity", "at capacity"
+    loads: list[float] = ok["load"].dropna().unique().tolist() if "load" in ok else []
+    units: list[str] = ok["unit"].dropna().unique().tolist() if "unit" in ok else []
+    if len(loads) == 1 and len(units) == 1:
+        at = f"at {loads[0]:g} {units[0]}"
+    else:
+        at = "at the requested load"
+    return f"fewest replicas serving it, {at}", at
 
 
 def plot_search(table: pd.DataFrame, keys: list[str], title: str = "Design search") -> Figure:
-    """Cost per million tokens against p99 TTFT at capacity, one point per deployment."""
+    """Cost per million tokens against p99 TTFT at capacity (or at the load ``--replicas-for``
+    asked for), one point per deployment."""
     fig = new_figure(1, 1, (9.0, 6.0))
     ax = fig.axes[0]
     ok = table[table["status"].isin(["found", "max_probes"])] if len(table) else table
@@ -50,7 +71,8 @@ def plot_search(table: pd.DataFrame, keys: list[str], title: str = "Design searc
         return fig
     x = ok["ttft_p99_s"].to_numpy(dtype=float) * 1e3
     y = ok["usd_per_million_tokens"].to_numpy(dtype=float)
-    ax.scatter(x, y, s=30, color="C0", zorder=3, label="deployment at its capacity")
+    legend, at = _where(ok)
+    ax.scatter(x, y, s=30, color="C0", zorder=3, label=legend)
     front = pareto_front(x, y)
     ax.step(x[front], y[front], where="post", color="C1", lw=1.5, label="Pareto front")
     for xi, yi, (_, row) in zip(x, y, ok.iterrows(), strict=True):
@@ -63,8 +85,8 @@ def plot_search(table: pd.DataFrame, keys: list[str], title: str = "Design searc
                    label=f"cheapest: ${y[i]:.3g} per million tokens")  # fmt: skip
     if is_wide(y):
         set_log_y(ax)
-    ax.set_xlabel("p99 TTFT at capacity (ms)")
-    ax.set_ylabel("$ per million tokens (prompt + output) at capacity")
+    ax.set_xlabel(f"p99 TTFT {at} (ms)")
+    ax.set_ylabel(f"$ per million tokens (prompt + output) {at}")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", **LEGEND)
     return fig

@@ -45,8 +45,11 @@ def reserve_out_dir(base: Path) -> Path:
             except FileExistsError:
                 continue
             return candidate
-    except OSError as err:
-        raise InputError(f"{base}: cannot create ({reason_of(err)})") from None
+    except OSError as err:  # as check_out_dir says it of an --out, plus where else to write
+        raise InputError(
+            f"{base}: cannot create ({reason_of(err)}); the default output folder, under "
+            f"{Path.cwd()}: pass --out a folder you can write"
+        ) from None
     raise AssertionError("unreachable")
 
 

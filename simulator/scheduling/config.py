@@ -32,7 +32,9 @@ class SchedulerConfig(BaseModel):
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     """Token budget of one step, shared by decodes and prefill chunks; omit it for what
     ``vllm serve`` sets on the cost model's GPU: 8192 on a GPU of 70 GiB or more that is not
-    an A100, else 2048 (also with a cost model that names no GPU)."""
+    an A100, else 2048 (also with a cost model that names no GPU). At least ``max_num_seqs``,
+    or the scenario is refused as vLLM refuses to start; prefills are always chunked, so it
+    may be below ``max_model_len``."""
     max_num_seqs: int | None = Field(default=None, ge=1)
     """Most sequences running at once (an admission limit only); omit it for what ``vllm
     serve`` sets: 1024 on a GPU of 70 GiB or more that is not an A100, else 256, and never

@@ -30,6 +30,8 @@ class SimulatedRun:
     """ITL statistics from the run's summary (the gaps themselves are not saved)."""
     prompt_len: np.ndarray
     output_len: np.ndarray
+    request_id: np.ndarray
+    """Each finished request's number."""
 
 
 def simulated(
@@ -54,6 +56,7 @@ def simulated(
         itl=itl if len(itl) == len(STATS) else None,
         prompt_len=done["prompt_len"].to_numpy(),
         output_len=done["output_len"].to_numpy(),
+        request_id=done["request_id"].to_numpy(),
     )
 
 
@@ -75,12 +78,38 @@ def stats(values: np.ndarray) -> dict[str, float]:
     return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
+def _ids(values: set[int]) -> str:
+    """A few request numbers, for a message."""
+    shown = sorted(values)
+    more = f", ... ({len(shown)} in all)" if len(shown) > 5 else ""
+    return "{" + ", ".join(map(str, shown[:5])) + more + "}"
+
+
+def _id_difference(sim: SimulatedRun, meas: MeasuredRun) -> str | None:
+    """Which request ids only one side holds, where the measurement names its requests."""
+    if meas.request_id is None:
+        return None
+    measured, simulated_ = set(meas.request_id.tolist()), set(sim.request_id.tolist())
+    if measured == simulated_:
+        return None
+    return (
+        f"measured only {_ids(measured - simulated_)}, simulated only {_ids(simulated_ - measured)}"
+    )
+
+
 def check_same_requests(sim: SimulatedRun, meas: MeasuredRun) -> None:
-    """The two sides must hold the same requests: as many, with the same lengths."""
+    """The two sides must hold the same requests: as many, the same ids where the measurement
+    names them, with the same lengths (request by request where named, else sorted)."""
+    differ = _id_difference(sim, meas)
     if len(sim.ttft) != len(meas):
         raise InputError(
             f"{meas.source}: {len(meas)} requests measured, {len(sim.ttft)} finished in the "
-            f"simulation {sim.source}: not the same run"
+            f"simulation {sim.source}: not the same run" + (f" ({differ})" if differ else "")
+        )
+    if differ:
+        raise InputError(
+            f"{meas.source}: request ids differ from the simulation {sim.source}: {differ}: "
+            "not the same requests"
         )
     for name, got, want in (
         ("prompt", sim.prompt_len, meas.prompt_len),
@@ -88,12 +117,18 @@ def check_same_requests(sim: SimulatedRun, meas: MeasuredRun) -> None:
     ):
         if want is None:
             continue
-        a, b = np.sort(got), np.sort(want)
+        if meas.request_id is not None:  # request by request
+            a, b = got[np.argsort(sim.request_id)], want[np.argsort(meas.request_id)]
+            which = "request {}"
+            ids = np.sort(meas.request_id)
+        else:
+            a, b, which, ids = np.sort(got), np.sort(want), "sorted, #{}", None
         if not np.array_equal(a, b):
             i = int(np.argmax(a != b))
+            at = which.format(i if ids is None else int(ids[i]))
             raise InputError(
                 f"{meas.source}: {name} lengths differ from the simulation {sim.source} "
-                f"(sorted, #{i}: measured {b[i]}, simulated {a[i]}): not the same requests"
+                f"({at}: measured {b[i]}, simulated {a[i]}): not the same requests"
             )
 
 

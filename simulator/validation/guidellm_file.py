@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from simulator.errors import InputError
-from simulator.validation.measured import MeasuredRun
+from simulator.validation.measured import MeasuredRun, check_times
 
 __all__ = ["read_guidellm"]
 
@@ -71,6 +71,7 @@ def _benchmark(bench: Any, where: str, index: int) -> tuple[str, MeasuredRun]:
         output_len=output.astype(np.int64),
         reference="arrival",
     )
+    check_times(run, lambda j: f"{where}.requests.successful[{j}]")
     return label, run
 
 

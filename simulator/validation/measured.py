@@ -14,12 +14,19 @@ Formats:
   TTFT + the sum of the request's ITLs; TPOT is ``(E2E - TTFT) / (output_len - 1)``, as vLLM.
 - ``csv``: ``request_id, ttft_s, tpot_s, e2e_s`` (client side; an empty ``tpot_s`` for a
   one-token output).
+
+Request ids (``csv``'s ``request_id``, LLMServingSim's ``request_id``: ``N`` or ``bench-N``)
+name the simulated request ``N`` (the simulation numbers its requests 0, 1, ... in order, as
+both benchmarks do): ``compare`` matches the two sides by them. A request whose times cannot
+be (a negative time, an E2E shorter than its TTFT) is refused, naming its row.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -47,6 +54,8 @@ class MeasuredRun:
     output_len: np.ndarray | None
     reference: Literal["arrival", "queued"]
     """Where TTFT and E2E start: the client's send (``arrival``) or the engine queue."""
+    request_id: np.ndarray | None = None
+    """Each request's number (the simulated request it is), if the file names them."""
 
     def __len__(self) -> int:
         return len(self.ttft)
@@ -82,7 +91,11 @@ def read_measured(path: str | Path, fmt: MeasuredFormat) -> MeasuredRun:
     """The measured run at ``path`` in format ``fmt``."""
     file = Path(path)
     if not file.is_file():
-        raise InputError(f"{path}: file not found")
+        from simulator.workload.inputs import registered_hint
+
+        hint = registered_hint(path)  # a public real run, not fetched yet
+        where = f" (relative to {Path.cwd()}); {hint}" if hint else ""
+        raise InputError(f"{path}: file not found{where}")
     if fmt == "guidellm":
         raise InputError(f"{path}: a guidellm file holds several runs: read_measured_runs")
     readers = {"llmservingsim": _llmservingsim, "vllm-bench": _vllm_bench, "csv": _csv}
@@ -98,10 +111,13 @@ def _number(value: Any, where: str, key: str) -> float:
 def _llmservingsim(file: Path) -> MeasuredRun:
     keys = ("input_toks", "output_toks", "queued_ts", "first_token_ts", "last_token_ts")
     rows: list[list[float]] = []
+    ids: list[str | None] = []
+    wheres: list[str] = []
     for line_no, line in enumerate(_lines(file), start=1):
         if not line.strip():
             continue
         where = f"{file}:{line_no}"
+        wheres.append(where)
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
@@ -112,12 +128,15 @@ def _llmservingsim(file: Path) -> MeasuredRun:
             if key not in record:
                 raise InputError(f"{where}: missing field {key!r}")
         rows.append([_number(record[k], where, k) for k in keys])
+        ids.append(None if record.get("request_id") is None else str(record["request_id"]))
         if not rows[-1][2] <= rows[-1][3] <= rows[-1][4]:
             raise InputError(f"{where}: timestamps out of order (queued, first, last token)")
     if not rows:
         raise InputError(f"{file}: no requests in the file")
     inp, out, queued, first, last = np.asarray(rows, dtype=np.float64).T
-    return MeasuredRun(
+    given = [i for i in ids if i is not None]
+    named = request_numbers(given, wheres.__getitem__) if len(given) == len(ids) else None
+    run = MeasuredRun(
         source=str(file),
         ttft=first - queued,
         tpot=_tpot(last - first, out),
@@ -126,7 +145,9 @@ def _llmservingsim(file: Path) -> MeasuredRun:
         prompt_len=inp.astype(np.int64),
         output_len=out.astype(np.int64),
         reference="queued",
+        request_id=named,
     )
+    return check_times(run, wheres.__getitem__)
 
 
 def _tpot(decode_time: np.ndarray, output_len: np.ndarray) -> np.ndarray:
@@ -186,7 +207,7 @@ def _vllm_bench(file: Path) -> MeasuredRun:
         # servesim's own file: its itls spread each request's decode time evenly (it keeps
         # no per-token times), so they are no measurement of the gaps
         itl = None
-    return MeasuredRun(
+    run = MeasuredRun(
         source=str(file),
         ttft=ttft,
         tpot=_tpot(e2e - ttft, out),
@@ -196,14 +217,19 @@ def _vllm_bench(file: Path) -> MeasuredRun:
         output_len=out,
         reference="arrival",
     )
+    return check_times(run, lambda i: f"{file}: request #{i} (ttfts[{i}])")
 
 
 def _csv(file: Path) -> MeasuredRun:
     from simulator.cost.profiles.csvfile import read_columns
 
     kinds = {"request_id": "str", "ttft_s": "float", "tpot_s": "opt", "e2e_s": "float"}
-    cols, _ = read_columns(file, kinds)  # type: ignore[arg-type]
-    return MeasuredRun(
+    cols, lines = read_columns(file, kinds)  # type: ignore[arg-type]
+
+    def row(i: int) -> str:
+        return f"{file}:{lines[i]}"
+
+    run = MeasuredRun(
         source=str(file),
         ttft=np.asarray(cols["ttft_s"]),
         tpot=np.asarray(cols["tpot_s"], dtype=np.float64),
@@ -212,7 +238,49 @@ def _csv(file: Path) -> MeasuredRun:
         prompt_len=None,
         output_len=None,
         reference="arrival",
+        request_id=request_numbers(cols["request_id"], row),
     )
+    return check_times(run, row)
+
+
+_NUMBERED = re.compile(r"(?:.*\D)?(\d+)")
+"""An id ending in the request's number: ``7``, ``bench-7``."""
+
+
+def request_numbers(ids: list[str], row: Callable[[int], str]) -> np.ndarray:
+    """The request number each id ends in (``bench-7``: 7); an id without one, or one given
+    twice, -> ``InputError`` naming its row."""
+    numbers: dict[int, int] = {}
+    for i, text in enumerate(ids):
+        match = _NUMBERED.fullmatch(text.strip())
+        if match is None:
+            raise InputError(
+                f"{row(i)}: request_id {text!r} names no request number (N or bench-N: the "
+                "simulation numbers its requests 0, 1, ... in order)"
+            )
+        n = int(match.group(1))
+        if n in numbers:
+            raise InputError(f"{row(i)}: request_id {text!r} given twice (first {row(numbers[n])})")
+        numbers[n] = i
+    return np.asarray(list(numbers), dtype=np.int64)
+
+
+def check_times(run: MeasuredRun, row: Callable[[int], str]) -> MeasuredRun:
+    """``run``, unless a request's times cannot be: a negative TTFT, TPOT or E2E, or an E2E
+    shorter than its TTFT (``InputError`` naming the row, ``row(i)`` for request ``i``)."""
+    for name, values in (("TTFT", run.ttft), ("TPOT", run.tpot), ("E2E", run.e2e)):
+        negative = np.flatnonzero(values < 0)  # NaN (undefined) is not negative
+        if negative.size:
+            i = int(negative[0])
+            raise InputError(f"{row(i)}: {name} {values[i]:g} s is negative: not a latency")
+    early = np.flatnonzero(run.e2e < run.ttft)
+    if early.size:
+        i = int(early[0])
+        raise InputError(
+            f"{row(i)}: E2E {run.e2e[i]:g} s is shorter than its TTFT {run.ttft[i]:g} s: "
+            "a request cannot end before its first token"
+        )
+    return run
 
 
 _SUMMARY_ROWS = {"TTFT": "ttft", "TPOT": "tpot", "Latency": "e2e"}

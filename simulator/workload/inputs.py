@@ -26,11 +26,30 @@ def existing_file(path: str | Path, field: str | None = None) -> Path:
     return file
 
 
+def registered_hint(path: str | Path) -> str | None:
+    """How to fetch a missing file that is where ``servesim fetch`` saves a public file (its
+    whole path, from any folder: ``data/llmservingsim/runs/.../requests.jsonl``), else None.
+    A real run's file names the ``llmservingsim`` selection, which the real-* scenarios need
+    whole (the run, its workload and its GPU's profile)."""
+    from simulator.workload.datasets import DATASETS, DEFAULT_DEST
+
+    parts = Path(path).parts
+    for entry in DATASETS.values():
+        saved = (DEFAULT_DEST / entry.dest).parts
+        if parts[-len(saved) :] == saved:
+            name = entry.group if entry.group == "llmservingsim" else entry.name
+            return f"`servesim fetch {name}` downloads it"
+    return None
+
+
 def fetch_hint(path: str | Path, field: str = "trace.path") -> str:
     """How to get a missing file: the registered file it names (by our name or upstream's),
     saved where ``servesim fetch`` puts it; else which fetch lists or brings such files."""
     from simulator.workload.datasets import DATASETS, DEFAULT_DEST
 
+    exact = registered_hint(path)
+    if exact is not None:  # where fetch saves it (a real run's: the whole selection)
+        return exact
     name = Path(path).name
     for entry in DATASETS.values():
         if name in (Path(entry.dest).name, Path(entry.path).name):
