@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from simulator.cost.fitted import FittedCostConfig, load_fitted
 from simulator.cost.interface import CostModel
+from simulator.cost.kernels import KernelsCostConfig, KernelsCostModel
 from simulator.cost.linear import LinearCostConfig, LinearCostModel
 from simulator.cost.physics import PhysicsCostConfig, PhysicsCostModel
 from simulator.cost.physics_params import load_params
@@ -30,6 +31,8 @@ __all__ = [
     "CostModel",
     "CostModelConfig",
     "ImportedCostConfig",
+    "KernelsCostConfig",
+    "KernelsCostModel",
     "LinearCostConfig",
     "LinearCostModel",
     "PhysicsCostConfig",
@@ -67,6 +70,7 @@ CostModelConfig = Annotated[
     | Annotated[FittedCostConfig, Tag("fitted")]
     | Annotated[ProfiledCostConfig, Tag("profiled")]
     | Annotated[PhysicsCostConfig, Tag("physics")]
+    | Annotated[KernelsCostConfig, Tag("kernels")]
     | Annotated[ImportedCostConfig, Tag("imported")],
     Discriminator(_tag),
 ]
@@ -97,6 +101,14 @@ def _physics(cfg: PhysicsCostConfig) -> CostModel:
     )
 
 
+def _kernels(cfg: KernelsCostConfig) -> CostModel:
+    return KernelsCostModel(
+        cfg,
+        in_field("cost_model.model", load_model, cfg.model),
+        in_field("cost_model.hardware", load_hardware, cfg.hardware),
+    )
+
+
 COST_MODELS: Registry[Callable[[Any], CostModel]] = Registry(
     "cost model",
     {
@@ -105,6 +117,7 @@ COST_MODELS: Registry[Callable[[Any], CostModel]] = Registry(
         "fitted": lambda cfg: in_field("cost_model.path", load_fitted, cfg),
         "profiled": _profiled,
         "physics": _physics,
+        "kernels": _kernels,
     },
 )
 """``cost_model.type`` -> how to build the model from its validated config (a new built-in

@@ -43,6 +43,9 @@ class HardwareSpec(BaseModel):
     """Per-GPU one-way bandwidth of the link tensor-parallel all-reduces use, bytes/s."""
     allreduce_latency_us: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     """Fixed latency of one small all-reduce between these GPUs, microseconds."""
+    kernels_gpu: str | None = None
+    """The GPU's folder in NVIDIA's database of measured vLLM kernels (``h100_sxm``, ...):
+    the ``kernels`` cost model's tables; None: not measured there."""
     cost_per_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Dollars per GPU-hour (on-demand cloud rental), for ``servesim search``'s cost columns;
     None if unknown (``search --gpu-cost NAME=USD`` sets or overrides it)."""

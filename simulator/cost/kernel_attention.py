@@ -1,0 +1,102 @@
+"""All layers' attention of a step from the measured attention tables: decodes by their count
+and mean context (``generation_attention_perf``), prefill chunks by their count and causal
+query-key pairs per chunk (``context_attention_perf``, whose prefills start from empty: a
+chunk after cached context is priced as the prefill from empty with as many pairs).
+
+Rows are tabulated per sequence count up to the largest measured batch, each linear between
+the measured batch sizes around it and exact at measured points."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simulator.cost.kernel_db import KernelDatabase
+from simulator.cost.kernel_tables import batch_curves, bracket, interpolated, pairs_of
+from simulator.cost.profiles import Curve
+from simulator.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simulator.cost.kernel_layers import ModelKernels
+
+
+def _identity(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+class AttentionRows:
+    """Per sequence count: a curve of all layers' attention seconds and the measured limit."""
+
+    def __init__(self, db: KernelDatabase, kernels: ModelKernels, layers: int) -> None:
+        """Select the head layout's rows (the best-measured kernel) and tabulate them."""
+        self.where = kernels.where
+        gen = self._slice(db, "generation_attention_perf", kernels, "decode")
+        ctx = self._slice(db, "context_attention_perf", kernels, "prefill")
+        self._decode = Rows(batch_curves(gen, "step", _identity), layers)
+        self._prefill = Rows(batch_curves(ctx, "isl", pairs_of), layers)
+
+    def _slice(self, db: KernelDatabase, table: str, k: ModelKernels, what: str) -> pd.DataFrame:
+        """The rows of this model's heads per GPU, head size and KV dtype, full attention
+        (no window), of the kernel with the most rows (vLLM's choice where it measured)."""
+        rows = db.read(
+            f"attention/{table}",
+            num_heads=k.heads,
+            num_key_value_heads=k.kv_heads,
+            head_dim=k.model.head_dim,
+            kv_cache_dtype=k.kv_dtype,
+            window_size=0,
+        )
+        if rows is None or rows.empty:
+            raise InputError(
+                f"cost_model.model: {k.model.name}: no {what} attention of {k.heads} heads, "
+                f"{k.kv_heads} KV heads of {k.model.head_dim} per GPU ({k.kv_dtype} KV) "
+                f"measured in {self.where}; use cost_model.type: physics"
+            )
+        lane = rows.kernel_source.value_counts().sort_index().idxmax()
+        return rows[rows.kernel_source == lane]
+
+    def decode(self, count: int, mean_context: float) -> tuple[float, str | None]:
+        """Seconds of ``count`` decodes of this mean context, and why it is extrapolated."""
+        return _look(self._decode, count, mean_context, "decodes", "context")
+
+    def prefill(self, count: int, pairs: float) -> tuple[float, str | None]:
+        """Seconds of ``count`` prefill chunks of ``pairs`` query-key pairs each."""
+        return _look(self._prefill, count, pairs, "prefill chunks", "query-key pairs")
+
+
+class Rows:
+    """Measured curves by batch size, and per sequence count the row of all layers' seconds
+    (built on first use: most runs need a few dozen counts of the thousands measured)."""
+
+    __slots__ = ("curves", "keys", "layers", "rows", "limits")
+
+    def __init__(self, curves: dict[int, Curve], layers: int) -> None:
+        self.curves, self.keys, self.layers = curves, sorted(curves), layers
+        self.rows: list[Curve | None] = [None] * (self.keys[-1] + 1)
+        self.limits = [0.0] * (self.keys[-1] + 1)
+
+    def build(self, count: int) -> Curve:
+        """The row of ``count`` sequences (interpolated between the measured batches around
+        it), and its limit: the smaller of their largest measured points."""
+        i, j, _ = bracket(self.keys, count)
+        row = interpolated(self.curves, count)
+        curve = Curve(row.xs, [self.layers * y for y in row.ys])
+        if count < len(self.rows):
+            self.rows[count] = curve
+            self.limits[count] = min(self.curves[self.keys[i]].hi, self.curves[self.keys[j]].hi)
+        return curve
+
+
+def _look(rows: Rows, count: int, x: float, noun: str, axis: str) -> tuple[float, str | None]:
+    """The row of ``count`` at ``x`` and the reason it is outside the measured grid."""
+    table = rows.rows
+    if count < len(table):
+        row = table[count] or rows.build(count)
+        limit = rows.limits[count]
+        if x > limit:
+            return row.at(x), f"{axis} {x:g} of {count} {noun} beyond the measured {limit:g}"
+        return row.at(x), None
+    return rows.build(count).at(x), f"{count} {noun} beyond the measured {len(table) - 1}"

@@ -1,0 +1,99 @@
+"""Learn what the kernel database does not time (norms, rotary, activation, embedding,
+sampler) from LLMServingSim's operator profiles, and write configs/kernels/overheads.yaml.
+
+Each operator class is priced ``launch_us + bytes / (bandwidth_fraction x hbm_bandwidth)``: its
+bytes per token (or per sequence, the sampler) from the model's shape on one GPU, both constants
+fitted by least squares over every bundle that measures it (RTX PRO 6000: Llama-3.1-8B TP1
+and TP2, Qwen3-30B-A3B TP1; RTX 4090: Llama-3.1-8B TP1), relative to each GPU's preset
+bandwidth so they carry to GPUs nobody profiled. Operator measurements only: no run's
+end-to-end latencies enter. Run: python tools/learn_kernel_overheads.py [profiles dir]."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+HERE = Path(__file__).resolve().parents[1]
+PROFILES = (
+    Path(sys.argv[1]) if len(sys.argv) > 1 else HERE.parent / "shared/data/llmservingsim/profiles"
+)
+BANDWIDTH = {"RTXPRO6000": 1.597e12, "RTX4090": 1.008e12}  # the hardware presets' hbm_bandwidth
+# per bundle: hidden, heads, kv heads, head_dim, intermediate (dense), vocab
+SHAPES = {
+    "Llama-3.1-8B": (4096, 32, 8, 128, 14336, 128256),
+    "Qwen3-30B-A3B-Instruct-2507": (2048, 32, 4, 128, 6144, 151936),
+}
+BUNDLES = [
+    ("RTXPRO6000", "Llama-3.1-8B", 1),
+    ("RTXPRO6000", "Llama-3.1-8B", 2),
+    ("RTXPRO6000", "Qwen3-30B-A3B-Instruct-2507", 1),
+    ("RTX4090", "Llama-3.1-8B", 1),
+]
+DTYPE = 2  # bf16 activations in every bundle
+
+
+def op_bytes(op: str, shape: tuple[int, ...], tp: int) -> float | None:
+    """Bytes one token (one sequence, for the sampler) moves through ``op`` on one GPU."""
+    h, q, kv, d, inter, vocab = shape
+    heads = (q + kv) * d / tp
+    return {
+        "layernorm": 4 * h * DTYPE,  # fused residual add + RMSNorm: read x, r; write both
+        "final_layernorm": 4 * h * DTYPE,
+        "embedding": 2 * h * DTYPE,  # gather a row, write it
+        "rotary_emb": 2 * heads * DTYPE,  # read and write q and k
+        "qk_norm": 2 * heads * DTYPE,
+        "act_fn": 3 * inter / tp * DTYPE,  # SiLU-and-mul: read gate and up, write one
+        "sampler": vocab * 4 * 4,  # float32 logits: softmax, top-k/p passes (~4 of them)
+    }.get(op)
+
+
+def rows(hw: str, model: str, tp: int):
+    """(op, count, time seconds) of one bundle's token and sequence tables."""
+    for name in ("dense.csv", "per_sequence.csv"):
+        with open(PROFILES / hw / model / f"tp{tp}" / name) as f:
+            for r in csv.DictReader(f):
+                count = r.get("tokens") or r.get("sequences")
+                yield r["layer"], int(count), float(r["time_us"]) * 1e-6
+
+
+def fit() -> dict:
+    """Per operator class: launch_us and efficiency, with the fit's spread."""
+    samples: dict[str, list[tuple[float, float]]] = {}
+    for hw, model, tp in BUNDLES:
+        for op, count, t in rows(hw, model, tp):
+            per = op_bytes(op, SHAPES[model], tp)
+            if per is not None:
+                samples.setdefault(op, []).append((count * per / BANDWIDTH[hw], t))
+    out = {}
+    for op, pts in sorted(samples.items()):
+        x, y = np.array(pts).T
+        # relative errors (rows weighted 1/y): small steps matter as much as large ones
+        design = np.c_[np.ones_like(x), x] / y[:, None]
+        a, c = np.linalg.lstsq(design, np.ones_like(y), rcond=None)[0]
+        err = np.abs((a + c * x) / y - 1)
+        out[op] = {
+            "launch_us": round(float(a) * 1e6, 3),
+            "bandwidth_fraction": round(float(1 / c), 4),
+            "points": len(pts),
+            "median_error": round(float(np.median(err)), 4),
+            "p90_error": round(float(np.quantile(err, 0.9)), 4),
+        }
+    return out
+
+
+if __name__ == "__main__":
+    header = (
+        "# What the kernel database does not time, per operator class: launch_us + bytes /\n"
+        "# (bandwidth_fraction x hardware.hbm_bandwidth) (a fraction over 1: the data stays in\n"
+        "# L2). Fitted by tools/learn_kernel_overheads.py on LLMServingSim's operator profiles\n"
+        "# (vLLM 0.19, eager): RTX PRO 6000 Llama-3.1-8B TP1/TP2 and Qwen3-30B-A3B TP1, RTX 4090\n"
+        "# Llama-3.1-8B TP1 (servesim fetch llmservingsim; LLMServingSim commit 5daddb2);\n"
+        "# median_error / p90_error: the fit's relative error over those points.\n"
+    )
+    out = HERE / "configs/kernels/overheads.yaml"
+    out.write_text(header + yaml.safe_dump(fit(), sort_keys=False))
+    print(out)
