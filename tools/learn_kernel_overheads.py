@@ -60,6 +60,36 @@ def rows(hw: str, model: str, tp: int):
                 yield r["layer"], int(count), float(r["time_us"]) * 1e-6
 
 
+def mixed_penalty() -> dict:
+    """Per GQA group size (query heads per KV head): the median extra time of decodes run in
+    one attention launch with a prefill chunk (vLLM 0.19's FlashAttention varlen call) over
+    the decodes alone, ``(t_mixed - t_chunk - t_decodes) / t_decodes``, from each bundle's
+    attention.csv (its mixed points against its pure ones: n_decode >= 32, kv_decode >= 512,
+    where the decodes' share is not noise)."""
+    import pandas as pd
+
+    by_group: dict[int, list[float]] = {}
+    for hw, model, tp in BUNDLES:
+        a = pd.read_csv(PROFILES / hw / model / f"tp{tp}" / "attention.csv")
+        pre = a[a.n_decode == 0].set_index(["prefill_chunk", "kv_prefill"]).time_us
+        dec = a[a.prefill_chunk == 0].set_index(["n_decode", "kv_decode"]).time_us
+        mix = a[(a.prefill_chunk > 0) & (a.n_decode >= 32) & (a.kv_decode >= 512)]
+        p = pre.reindex(list(zip(mix.prefill_chunk, mix.kv_prefill, strict=True))).to_numpy()
+        d = dec.reindex(list(zip(mix.n_decode, mix.kv_decode, strict=True))).to_numpy()
+        beta = (mix.time_us.to_numpy() - p - d) / d
+        _, q, kv, *_ = SHAPES[model]
+        by_group.setdefault(q // kv, []).extend(beta[np.isfinite(beta)].tolist())
+    return {
+        g: {
+            "extra": round(float(np.median(v)), 3),
+            "points": len(v),
+            "p25": round(float(np.quantile(v, 0.25)), 3),
+            "p75": round(float(np.quantile(v, 0.75)), 3),
+        }
+        for g, v in sorted(by_group.items())
+    }
+
+
 def fit() -> dict:
     """Per operator class: launch_us and efficiency, with the fit's spread."""
     samples: dict[str, list[tuple[float, float]]] = {}
@@ -95,5 +125,11 @@ if __name__ == "__main__":
         "# median_error / p90_error: the fit's relative error over those points.\n"
     )
     out = HERE / "configs/kernels/overheads.yaml"
-    out.write_text(header + yaml.safe_dump(fit(), sort_keys=False))
+    mixed = (
+        "# mixed_decode: per GQA group size, the extra fraction of their own attention time that\n"
+        "# decodes cost when a prefill chunk shares their attention launch (vLLM 0.19's\n"
+        "# FlashAttention varlen call); the kernel database measures pure batches only.\n"
+    )
+    body = yaml.safe_dump(fit(), sort_keys=False)
+    out.write_text(header + body + mixed + yaml.safe_dump({"mixed_decode": mixed_penalty()}))
     print(out)

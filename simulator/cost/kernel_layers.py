@@ -42,29 +42,47 @@ class Overhead:
         return np.where(units > 0, self.launch + units * bytes_per_unit / self.rate, 0.0)
 
 
-def load_overheads(hw: HardwareSpec) -> dict[str, Overhead]:
-    """The learned operator classes, priced on ``hw``'s memory bandwidth."""
+def _overheads_file() -> dict:
     path = configs_dir() / "kernels" / "overheads.yaml"
     data = read_yaml_file(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping of operator classes")
+    return data
+
+
+def load_overheads(hw: HardwareSpec) -> dict[str, Overhead]:
+    """The learned operator classes, priced on ``hw``'s memory bandwidth."""
     return {
         op: Overhead(v["launch_us"] * 1e-6, v["bandwidth_fraction"] * hw.hbm_bandwidth)
-        for op, v in data.items()
+        for op, v in _overheads_file().items()
+        if op != "mixed_decode"
     }
+
+
+def mixed_decode_extra(group: int) -> float:
+    """The learned extra fraction of decode attention in a step with a prefill chunk, at
+    ``group`` query heads per KV head: linear between the measured group sizes, the
+    nearest one beyond them."""
+    table = {int(g): float(v["extra"]) for g, v in _overheads_file()["mixed_decode"].items()}
+    keys = sorted(table)
+    if group <= keys[0] or group >= keys[-1]:
+        return table[keys[0] if group <= keys[0] else keys[-1]]
+    curve = Curve(keys, [table[k] for k in keys])
+    return curve.at(group)
 
 
 class ModelKernels:
     """The measured kernels of ``model`` on ``tp`` GPUs of ``db``'s GPU (see module doc)."""
 
-    def __init__(self, db: KernelDatabase, model: ModelSpec, tp: int) -> None:
-        """Select the tables' rows for this model's shapes and dtypes."""
+    def __init__(self, db: KernelDatabase, model: ModelSpec, tp: int, hbm: float) -> None:
+        """Select the tables' rows for this model's shapes and dtypes (``hbm``: the GPU's
+        memory bandwidth, bytes/s)."""
         if model.is_mla:
             raise InputError(
                 f"cost_model.model: {model.name}: MLA attention is not priced by the kernels "
                 "cost model yet; use cost_model.type: physics"
             )
-        self.db, self.model, self.tp = db, model, tp
+        self.db, self.model, self.tp, self.hbm_bandwidth = db, model, tp, hbm
         gemm = db.read("gemm/gemm_perf", gemm_dtype=GEMM_DTYPES.get(model.weight_dtype, ""))
         assert gemm is not None  # a measured version has its GEMM table
         self._gemm = gemm

@@ -8,7 +8,9 @@ batch, each looked up in NVIDIA's database of measured vLLM kernels (``aiconfigu
   the database does not time (norms, rotary, activation, embedding: ``configs/kernels/
   overheads.yaml``, learned from operator profiles);
 - by the step's sequences, the LM head's GEMM and the sampler (learned too);
-- the decodes' attention (``generation_attention``) by their count and mean context;
+- the decodes' attention (``generation_attention``) by their count and mean context, at least
+  their KV's bytes at the kernel's rate from memory, and in a step with a prefill chunk
+  a learned factor more (``overheads.yaml``'s ``mixed_decode``);
 - the prefill chunks' attention (``context_attention``) by their count and causal query-key
   pairs per chunk (a chunk of ``n`` tokens after ``c`` cached ones does the work of a prefill
   of ``L`` tokens from empty with ``L (L + 1) / 2 = n c + n (n + 1) / 2``).
@@ -32,7 +34,7 @@ from simulator.cost.dtypes import Dtype
 from simulator.cost.interface import CostModel
 from simulator.cost.kernel_attention import AttentionRows
 from simulator.cost.kernel_db import KernelDatabase
-from simulator.cost.kernel_layers import ModelKernels, load_overheads
+from simulator.cost.kernel_layers import ModelKernels, load_overheads, mixed_decode_extra
 from simulator.cost.presets import HardwareSpec, ModelSpec
 from simulator.cost.profiles import Curve
 from simulator.errors import warn
@@ -83,7 +85,7 @@ class KernelsCostModel(CostModel):
         model = model.deployed(cfg.tp, cfg.weight_dtype, cfg.kv_dtype)
         self.cfg, self.model, self.hw = cfg, model, hw
         self.db = KernelDatabase.open(hw.kernels_gpu, cfg.vllm_version, hw.name)
-        kernels = ModelKernels(self.db, model, cfg.tp)
+        kernels = ModelKernels(self.db, model, cfg.tp, hw.hbm_bandwidth)
         self.source = kernels.where
         self._overheads = load_overheads(hw)
         counts = np.arange(_TOKENS + 1, dtype=float)
@@ -99,6 +101,8 @@ class KernelsCostModel(CostModel):
         seqs = np.arange(_SEQS + 1, dtype=float)
         self._seq_table: list[float] = self._sequence_terms(kernels, seqs).tolist()
         self._attention = AttentionRows(self.db, kernels, model.num_layers)
+        self._mixed = 1.0 + mixed_decode_extra(kernels.heads // kernels.kv_heads)
+        """Decode attention's factor when a prefill chunk shares the step (learned)."""
         self.extrapolated = 0
         """Steps timed outside the measured grids (extrapolated)."""
 
@@ -192,6 +196,7 @@ class KernelsCostModel(CostModel):
                 self._outside(outside)
         chunks = num_seqs - nd
         if chunks:
+            t *= self._mixed  # decodes in one varlen launch with the chunks
             per_chunk = (pairs - decode_context - nd) / chunks
             extra, outside = attn.prefill(chunks, per_chunk)
             t += extra
