@@ -42,6 +42,7 @@ __all__ = [
     "RooflineCostConfig",
     "RooflineCostModel",
     "build_cost_model",
+    "default_type",
 ]
 
 
@@ -57,10 +58,30 @@ class ImportedCostConfig(BaseModel):
     """Whatever the class reads (its own names and units)."""
 
 
+def default_type(hardware: str) -> str:
+    """The cost model a config naming ``model`` and ``hardware`` but no ``type`` gets:
+    ``kernels`` where the kernel database measured the GPU (and is installed), else
+    ``physics`` (an unknown preset too: physics then names it)."""
+    from simulator.cost.kernel_db import measured_gpus
+
+    try:
+        gpu = load_hardware(hardware).kernels_gpu
+        return "kernels" if gpu is not None and gpu in measured_gpus() else "physics"
+    except InputError:
+        return "physics"
+
+
 def _tag(value: Any) -> str | None:
     """The union member a cost-model config is: its ``type``, or ``imported`` for an import
-    path (anything else is refused as an unknown tag)."""
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    path, or with no ``type`` but a ``model`` and ``hardware`` the GPU's default
+    (``default_type``); anything else is refused as an unknown tag."""
+    if isinstance(value, dict):
+        kind = value.get("type")
+        hardware = value.get("hardware")
+        if kind is None and isinstance(hardware, str) and isinstance(value.get("model"), str):
+            return default_type(hardware)
+    else:
+        kind = getattr(value, "type", None)
     return "imported" if isinstance(kind, str) and is_import_path(kind) else kind
 
 

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simulator.cost.batch import Batch, StepSums
 from simulator.cost.dtypes import Dtype
@@ -64,6 +64,15 @@ class KernelsCostConfig(BaseModel):
     vllm_version: str | None = None
     """vLLM version of the kernel tables (e.g. ``0.24.0``); default: the newest measured on
     that GPU."""
+
+    @field_validator("vllm_version", mode="before")
+    @classmethod
+    def _quoted(cls, value: object) -> object:
+        # YAML reads 0.20 as the number 0.2: a version must be written as a string
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            raise ValueError(f"write the version quoted, as '{value}' (a number drops zeros)")
+        return value
+
     expert_parallel: int = Field(default=1, ge=1)
     """GPUs the routed experts are split over (set from ``parallel``): each MoE layer runs the
     fused MoE measured at this EP degree over the tokens of all data-parallel ranks, plus
