@@ -103,8 +103,10 @@ class KernelsCostModel(CostModel):
         dense[0] = 0.0
         self._dense_table: list[float] = dense.tolist()
         ep = cfg.expert_parallel
+        self._moe_layers = model.num_moe_layers
         self._experts = kernels.experts(ep)
         self._exchange = _exchange_curves(kernels, ep) if ep > 1 else None
+        self._bytes_per_token = model.hidden_size * model.dtype_bytes
         tokens = dense + self._moe_times(counts)
         self._token_table: list[float] = tokens.tolist()
         seqs = np.arange(_SEQS + 1, dtype=float)
@@ -139,11 +141,16 @@ class KernelsCostModel(CostModel):
         return Curve(counts.tolist(), np.asarray(out).tolist())
 
     def _moe_times(self, counts: np.ndarray) -> np.ndarray:
-        """All MoE layers of steps of ``counts`` tokens on every DP rank alike."""
+        """All MoE layers of steps of ``counts`` tokens on every DP rank alike (as
+        ``_moe_across``, vectorised)."""
         if self._experts is None:
             return np.zeros(len(counts))
-        dp = max(1, self.cfg.expert_parallel // self.cfg.tp)
-        return np.array([self._moe_across([int(n)] * dp) for n in counts])
+        total = counts * max(1, self.cfg.expert_parallel // self.cfg.tp)
+        layer = self._experts.table(total)
+        if self._exchange is not None:
+            nbytes = total * (self.model.hidden_size * self.model.dtype_bytes)
+            layer = layer + self._exchange[0].table(nbytes) + self._exchange[1].table(nbytes)
+        return np.where(total > 0, self._moe_layers * layer, 0.0)
 
     def _moe_across(self, chunks: Sequence[int]) -> float:
         """Seconds of all MoE layers when DP rank ``i`` runs ``chunks[i]`` tokens."""
@@ -154,10 +161,10 @@ class KernelsCostModel(CostModel):
             return 0.0
         layer = self._experts.at(total)
         if self._exchange is not None:  # all-gather the ranks' tokens, reduce-scatter back
-            nbytes = total * self.model.hidden_size * self.model.dtype_bytes
+            nbytes = total * self._bytes_per_token
             gather, scatter = self._exchange
             layer += gather.at(nbytes) + scatter.at(nbytes)
-        return self.model.num_moe_layers * layer
+        return self._moe_layers * layer
 
     def _sequence_terms(self, kernels: ModelKernels, seqs: np.ndarray) -> np.ndarray:
         """Seconds of the LM head and the sampler over ``seqs`` sequences."""
