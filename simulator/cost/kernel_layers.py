@@ -55,8 +55,14 @@ def load_overheads(hw: HardwareSpec) -> dict[str, Overhead]:
     return {
         op: Overhead(v["launch_us"] * 1e-6, v["bandwidth_fraction"] * hw.hbm_bandwidth)
         for op, v in _overheads_file().items()
-        if op != "mixed_decode"
+        if op not in ("mixed_decode", "launch_gap")
     }
+
+
+def launch_gaps() -> dict[str, float]:
+    """Seconds per call a database-timed kernel takes more in a forward pass (learned):
+    ``gemm``, ``decode_attention``, ``prefill_attention``."""
+    return {k: float(v["us"]) * 1e-6 for k, v in _overheads_file()["launch_gap"].items()}
 
 
 def mixed_decode_extra(group: int) -> float:
@@ -101,6 +107,12 @@ class ModelKernels:
     def gemm(self, n: int, k: int) -> Curve:
         """Seconds of one GEMM of output width ``n`` and depth ``k`` over the tokens."""
         return gemm_curve(self._gemm, n, k, self.where)
+
+    def gemms_per_step(self) -> int:
+        """GEMM launches of a step's layers (the LM head apart)."""
+        m = self.model
+        moe = 1 + (2 if m.num_shared_experts else 0)
+        return 2 * m.num_layers + 2 * m.num_dense_layers + moe * m.num_moe_layers
 
     def token_gemms(self, counts: np.ndarray) -> np.ndarray:
         """Seconds of all layers' GEMMs over ``counts`` tokens (experts apart)."""

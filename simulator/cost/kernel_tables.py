@@ -75,6 +75,11 @@ def gemm_curve(df: pd.DataFrame, n: int, k: int, where: str) -> Curve:
     if df.empty:
         raise InputError(f"{where}: no GEMMs measured at this dtype")
     ns, ks = sorted(df.n.unique().tolist()), sorted(df.k.unique().tolist())
+    if n > ns[-1] or k > ks[-1]:  # wider than measured: as that many of the widest, side by side
+        top_n, top_k = min(n, ns[-1]), min(k, ks[-1])
+        widest = gemm_curve(df, top_n, top_k, where)
+        scale = (n / top_n) * (k / top_k)
+        return Curve(widest.xs, [scale * y for y in widest.ys])
     i0, i1, wn = bracket(ns, n)
     j0, j1, wk = bracket(ks, k)
     parts = []

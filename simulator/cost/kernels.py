@@ -34,7 +34,12 @@ from simulator.cost.dtypes import Dtype
 from simulator.cost.interface import CostModel
 from simulator.cost.kernel_attention import AttentionRows
 from simulator.cost.kernel_db import KernelDatabase
-from simulator.cost.kernel_layers import ModelKernels, load_overheads, mixed_decode_extra
+from simulator.cost.kernel_layers import (
+    ModelKernels,
+    launch_gaps,
+    load_overheads,
+    mixed_decode_extra,
+)
 from simulator.cost.presets import HardwareSpec, ModelSpec
 from simulator.cost.profiles import Curve
 from simulator.errors import warn
@@ -97,6 +102,7 @@ class KernelsCostModel(CostModel):
         kernels = ModelKernels(self.db, model, cfg.tp, hw.hbm_bandwidth)
         self.source = kernels.where
         self._overheads = load_overheads(hw)
+        self._gaps = gaps = launch_gaps()
         counts = np.arange(_TOKENS + 1, dtype=float)
         self._dense_curve = self._dense_terms(kernels, counts)
         dense = self._dense_curve.table(counts)
@@ -114,6 +120,12 @@ class KernelsCostModel(CostModel):
         self._attention = AttentionRows(self.db, kernels, model.num_layers)
         self._mixed = 1.0 + mixed_decode_extra(kernels.heads // kernels.kv_heads)
         """Decode attention's factor when a prefill chunk shares the step (learned)."""
+        layers = model.num_layers
+        self._attention_gaps = (
+            layers * gaps["decode_attention"],
+            layers * gaps["prefill_attention"],
+        )
+        """Seconds the attention calls of a step take beyond their kernels (learned)."""
         self.extrapolated = 0
         """Steps timed outside the measured grids (extrapolated)."""
 
@@ -136,6 +148,7 @@ class KernelsCostModel(CostModel):
         if m.is_moe:  # the experts' activation is inside the fused-MoE kernel's time
             width = (m.shared_expert_intermediate_size or 0) * m.num_shared_experts / tp
             out = out + m.num_moe_layers * o["act_fn"].times(counts, 3 * width * d)
+        out = out + np.where(counts > 0, kernels.gemms_per_step() * self._gaps["gemm"], 0.0)
         out = out + o["embedding"].times(counts, 2 * h * d)
         out = out + o["final_layernorm"].times(counts, 4 * h * d)
         return Curve(counts.tolist(), np.asarray(out).tolist())
@@ -169,7 +182,8 @@ class KernelsCostModel(CostModel):
     def _sequence_terms(self, kernels: ModelKernels, seqs: np.ndarray) -> np.ndarray:
         """Seconds of the LM head and the sampler over ``seqs`` sequences."""
         sampler = self._overheads["sampler"].times(seqs, self.model.vocab_size * 16)
-        return np.where(seqs > 0, kernels.lm_head(seqs) + sampler, 0.0)
+        head = kernels.lm_head(seqs) + self._gaps["gemm"]
+        return np.where(seqs > 0, head + sampler, 0.0)
 
     # -- the step ------------------------------------------------------------------------
 
@@ -208,6 +222,7 @@ class KernelsCostModel(CostModel):
         t = 0.0
         if nd:
             t, outside = attn.decode(nd, decode_context / nd)
+            t += self._attention_gaps[0]
             if outside:
                 self._outside(outside)
         chunks = num_seqs - nd
@@ -215,7 +230,7 @@ class KernelsCostModel(CostModel):
             t *= self._mixed  # decodes in one varlen launch with the chunks
             per_chunk = (pairs - decode_context - nd) / chunks
             extra, outside = attn.prefill(chunks, per_chunk)
-            t += extra
+            t += extra + self._attention_gaps[1]
             if outside:
                 self._outside(outside)
         return t
