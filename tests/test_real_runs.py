@@ -13,10 +13,13 @@ import yaml
 from simulator.config import load_scenario
 from simulator.runner import resolve
 from simulator.validation.real_runs import (
+    KERNELS_MARKERS,
+    KERNELS_RUNS,
     RUNS,
     RealRun,
     data_overrides,
     end_to_end_table,
+    kernels_table,
     replace_between_markers,
     replay,
 )
@@ -99,3 +102,27 @@ def test_fidelity_doc_table_is_what_the_replays_give() -> None:
     assert replace_between_markers(doc, end_to_end_table(LSS)) == doc, (
         "docs/fidelity.md is stale: run benchmarks/real_runs.py"
     )
+
+
+# The kernels cost model on the RTX PRO 6000 runs (docs/fidelity.md, "The kernels cost model"):
+# every figure short of the measurement, by what the replays give now (+0.5 points, so that a
+# change for the worse shows); the 5% target is missed (the doc says what is known of why).
+KERNELS_HELD = {
+    "RTX PRO 6000": {"ttft": 23.6, "tpot": 8.0, "e2e": 11.6},
+    MOE: {"ttft": 38.3, "tpot": 8.6, "e2e": 8.3},
+}
+
+
+@pytest.mark.parametrize("run", KERNELS_RUNS, ids=[r.scenario for r in KERNELS_RUNS])
+def test_kernels_replay_errors_within_what_was_measured(run: RealRun) -> None:
+    metrics, _ = replay(run, ROOT, LSS, kernels=True)
+    for metric, by in metrics.items():
+        for stat, row in by.items():
+            error = row["error_pct"]
+            assert error < 0 and -error <= KERNELS_HELD[run.name][metric], (metric, stat, error)
+
+
+def test_fidelity_doc_kernels_table_is_what_the_replays_give() -> None:
+    doc = (ROOT / "docs" / "fidelity.md").read_text()
+    new = replace_between_markers(doc, kernels_table(LSS), KERNELS_MARKERS)
+    assert new == doc, "docs/fidelity.md is stale: run benchmarks/real_runs.py"
