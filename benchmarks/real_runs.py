@@ -82,15 +82,21 @@ def time_kernels(repeat: int) -> None:
     python = str(ROOT / ".venv" / "bin" / "python")
     for run in KERNELS_RUNS:
         best = {"kernels": float("inf"), "profiled": float("inf")}
+        cpu = dict(best)
         for _ in range(repeat):
             for kind in best:
                 args = [python, "-c", _REPLAY, run.scenario, str(ROOT), str(DATA / "llmservingsim")]
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 done = subprocess.run([*args, kind], check=True, capture_output=True, text=True)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                used = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
                 best[kind] = min(best[kind], float(done.stdout.split()[-1]))
-        ratio = best["kernels"] / best["profiled"]
+                cpu[kind] = min(cpu[kind], used)
         print(
-            f"{run.scenario}: kernels {best['kernels']:.2f} s, profiled {best['profiled']:.2f} s "
-            f"(x{ratio:.2f}, best of {repeat})"
+            f"{run.scenario}: kernels {best['kernels']:.2f} s wall, {cpu['kernels']:.2f} s CPU; "
+            f"profiled {best['profiled']:.2f} s wall, {cpu['profiled']:.2f} s CPU "
+            f"(x{best['kernels'] / best['profiled']:.2f} wall, "
+            f"x{cpu['kernels'] / cpu['profiled']:.2f} CPU, best of {repeat})"
         )
 
 
