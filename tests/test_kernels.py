@@ -219,3 +219,28 @@ def test_an_unknown_hardware_without_type_is_physics_naming_it(
 
         resolve(validate(_no_type("no-such-gpu"), "s"))
     assert ROOT.is_dir()
+
+
+def test_layouts_and_versions_the_tables_lack_are_derived_or_refused() -> None:
+    # MHA decodes: measured up to 8 KV heads; Llama-2-7B's 32 are priced as 4 x (8, 8)
+    mha = build_cost_model(KernelsCostConfig(model="llama-2-7b", hardware="h100-sxm"))
+    assert isinstance(mha, KernelsCostModel)
+    gen = pd.read_parquet(
+        data_root() / "h100_sxm/attention/vllm/0.24.0/generation_attention_perf.parquet"
+    )
+    pick = gen[
+        (gen.num_heads == 8)
+        & (gen.num_key_value_heads == 8)
+        & (gen.head_dim == 128)
+        & (gen.kv_cache_dtype == "bfloat16")
+        & (gen.window_size == 0)
+    ]
+    lane = pick.kernel_source.value_counts().sort_index().idxmax()
+    row = pick[(pick.kernel_source == lane) & (pick.batch_size == 256) & (pick.step == 1023)]
+    want = 4 * 32 * float(row.latency.iloc[0]) * 1e-3
+    assert mha._attention.decode(256, 1023.0)[0] == pytest.approx(want, rel=1e-12)
+    # A100's vLLM 0.14 tables have no window_size column
+    a100 = build_cost_model(KernelsCostConfig(model="llama-3.1-8b", hardware="a100-80gb"))
+    assert isinstance(a100, KernelsCostModel) and a100.db.version == "0.14.0"
+    with pytest.raises(InputError, match="no decode attention of 14 heads, 2 KV heads"):
+        build_cost_model(KernelsCostConfig(model="qwen-2.5-7b", hardware="l40s", tp=2))

@@ -33,10 +33,10 @@ class AttentionRows:
     def __init__(self, db: KernelDatabase, kernels: ModelKernels, layers: int) -> None:
         """Select the head layout's rows (the best-measured kernel) and tabulate them."""
         self.where = kernels.where
-        gen = self._slice(db, "generation_attention_perf", kernels, "decode")
-        ctx = self._slice(db, "context_attention_perf", kernels, "prefill")
-        self._decode = Rows(batch_curves(gen, "step", _identity), layers)
-        self._prefill = Rows(batch_curves(ctx, "isl", pairs_of), layers)
+        gen, gen_scale = self._slice(db, "generation_attention_perf", kernels, "decode")
+        ctx, ctx_scale = self._slice(db, "context_attention_perf", kernels, "prefill")
+        self._decode = Rows(batch_curves(gen, "step", _identity), layers * gen_scale)
+        self._prefill = Rows(batch_curves(ctx, "isl", pairs_of), layers * ctx_scale)
         m = kernels.model
         token_bytes = 2 * kernels.kv_heads * m.head_dim * m.kv_dtype_bytes  # K and V, a layer
         self.bandwidth = streaming_bandwidth(gen, token_bytes) or kernels.hbm_bandwidth
@@ -44,17 +44,34 @@ class AttentionRows:
         self._read = layers * token_bytes / self.bandwidth
         """Seconds per KV token read in all layers from memory (a decode's floor)."""
 
-    def _slice(self, db: KernelDatabase, table: str, k: ModelKernels, what: str) -> pd.DataFrame:
+    def _slice(
+        self, db: KernelDatabase, table: str, k: ModelKernels, what: str
+    ) -> tuple[pd.DataFrame, float]:
         """The rows of this model's heads per GPU, head size and KV dtype, full attention
-        (no window), of the kernel with the most rows (vLLM's choice where it measured)."""
+        (no window), of the kernel with the most rows (vLLM's choice where it measured); and
+        the factor they are scaled by: 1, or where the layout was not measured, ``KV / KV'``
+        for the most KV heads ``KV'`` measured at the same query heads per KV head (its bytes
+        and FLOPs scale so; e.g. an MHA model's 32 KV heads as 4 x 8, whose decodes the
+        database times only up to 8 KV heads)."""
         rows = db.read(
             f"attention/{table}",
-            num_heads=k.heads,
-            num_key_value_heads=k.kv_heads,
             head_dim=k.model.head_dim,
             kv_cache_dtype=k.kv_dtype,
             window_size=0,
         )
+        scale = 1.0
+        if rows is not None and not rows.empty:
+            layout = rows[(rows.num_heads == k.heads) & (rows.num_key_value_heads == k.kv_heads)]
+            if layout.empty:
+                group = k.heads // k.kv_heads
+                found = rows[rows.num_heads == group * rows.num_key_value_heads]
+                divides = [
+                    int(v) for v in found.num_key_value_heads.unique() if k.kv_heads % v == 0
+                ]
+                if divides:
+                    kv = max(divides)
+                    layout, scale = found[found.num_key_value_heads == kv], k.kv_heads / kv
+            rows = layout
         if rows is None or rows.empty:
             raise InputError(
                 f"cost_model.model: {k.model.name}: no {what} attention of {k.heads} heads, "
@@ -62,7 +79,7 @@ class AttentionRows:
                 f"measured in {self.where}; use cost_model.type: physics"
             )
         lane = rows.kernel_source.value_counts().sort_index().idxmax()
-        return rows[rows.kernel_source == lane]
+        return rows[rows.kernel_source == lane], scale
 
     def decode(self, count: int, mean_context: float) -> tuple[float, str | None]:
         """Seconds of ``count`` decodes of this mean context, and why it is extrapolated;
@@ -94,7 +111,7 @@ class Rows:
 
     __slots__ = ("curves", "keys", "layers", "rows", "limits")
 
-    def __init__(self, curves: dict[int, Curve], layers: int) -> None:
+    def __init__(self, curves: dict[int, Curve], layers: float) -> None:
         self.curves, self.keys, self.layers = curves, sorted(curves), layers
         self.rows: list[Curve | None] = [None] * (self.keys[-1] + 1)
         self.limits = [0.0] * (self.keys[-1] + 1)

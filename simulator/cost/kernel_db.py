@@ -118,7 +118,8 @@ class KernelDatabase:
         return found[max(older)] if older else found[min(found)]
 
     def read(self, table: str, **equal: str | int) -> pd.DataFrame | None:
-        """The table's rows whose columns equal ``equal`` (see ``path``), or None."""
+        """The table's rows whose columns equal ``equal`` (a column the table lacks does not
+        vary there: not filtered on), or None (see ``path``)."""
         path = self.path(table)
         return None if path is None else _read(path, tuple(sorted(equal.items())))
 
@@ -148,7 +149,8 @@ def _read(path: Path, equal: tuple[tuple[str, str | int], ...]) -> pd.DataFrame:
         # the file whole, then the rows (read_table's filters import pyarrow.dataset: 0.5 s)
         table = pq.ParquetFile(path).read()
         for column, value in equal:
-            table = table.filter(pc.equal(table[column], value))
+            if column in table.column_names:  # older tables lack some (no window_size at 0.14)
+                table = table.filter(pc.equal(table[column], value))
         return table.to_pandas()
     except Exception as err:  # any damage: one line naming the file
         raise unreadable(path, err) from None
