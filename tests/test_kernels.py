@@ -115,7 +115,23 @@ def test_time_sums_equals_step_time_bit_for_bit(
         )
 
 
-_LLAMA = build_cost_model(KernelsCostConfig(model="llama-3.1-8b", hardware="rtx-pro-6000"))
+_LLAMA = build_cost_model(
+    KernelsCostConfig(model="llama-3.1-8b", hardware="rtx-pro-6000", skew=False)
+)
+
+
+def test_the_skew_correction_needs_the_batch() -> None:
+    kw = {"model": "llama-3.1-8b", "hardware": "rtx-pro-6000"}
+    skewed, flat = build_cost_model(KernelsCostConfig(**kw)), _LLAMA
+    assert skewed.times_from_sums is False and flat.times_from_sums is True
+    even, spread = Batch((1,) * 64, (1000,) * 64), Batch((1,) * 64, (100,) * 32 + (1900,) * 32)
+    assert skewed.step_time(even) == flat.step_time(even)  # no spread, no correction
+    assert flat.step_time(spread) == flat.step_time(even)  # the same sums
+    extra = skewed.step_time(spread) - flat.step_time(spread)
+    assert isinstance(skewed, KernelsCostModel)
+    rows = skewed._attention
+    gap = rows.decode(64, 1900.0)[0] - rows.decode(64, 1000.0)[0]
+    assert extra == pytest.approx(0.065 * gap, rel=1e-9)  # configs/kernels/overheads.yaml
 
 
 def test_dtypes_select_the_tables() -> None:

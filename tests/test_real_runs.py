@@ -105,11 +105,12 @@ def test_fidelity_doc_table_is_what_the_replays_give() -> None:
 
 
 # The kernels cost model on the RTX PRO 6000 runs (docs/fidelity.md, "The kernels cost model"):
-# every figure short of the measurement, by what the replays give now (+0.5 points, so that a
-# change for the worse shows); the 5% target is missed (the doc says what is known of why).
+# TPOT and E2E within 5% (3.6% at worst); TTFT misses it on both runs (-3.7 to -9.8% for
+# Llama-3.1-8B, -5.5 to -16.6% for the MoE run, whose profiled replay is further off): each
+# metric held at what the replays give now (+0.5 points, so that a change for the worse shows).
 KERNELS_HELD = {
-    "RTX PRO 6000": {"ttft": 23.6, "tpot": 8.0, "e2e": 11.6},
-    MOE: {"ttft": 38.3, "tpot": 8.6, "e2e": 8.3},
+    "RTX PRO 6000": {"ttft": 10.3, "tpot": 2.3, "e2e": 3.7},
+    MOE: {"ttft": 17.1, "tpot": 4.1, "e2e": 3.9},
 }
 
 
@@ -119,7 +120,9 @@ def test_kernels_replay_errors_within_what_was_measured(run: RealRun) -> None:
     for metric, by in metrics.items():
         for stat, row in by.items():
             error = row["error_pct"]
-            assert error < 0 and -error <= KERNELS_HELD[run.name][metric], (metric, stat, error)
+            assert abs(error) <= KERNELS_HELD[run.name][metric], (metric, stat, error)
+            if metric != "ttft":
+                assert abs(error) <= WITHIN, (metric, stat, error)
 
 
 def test_fidelity_doc_kernels_table_is_what_the_replays_give() -> None:

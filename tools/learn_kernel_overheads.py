@@ -145,6 +145,17 @@ def launch_gaps() -> dict:
     }
 
 
+def skew_alpha() -> dict:
+    """The median of the bundles' pooled skew-fit alphas (``alpha_default`` per TP in each
+    meta.yaml: LLMServingSim's fit of decode batches of mixed lengths against uniform ones)."""
+    alphas = []
+    for hw, model, _ in BUNDLES:
+        meta = yaml.safe_load((PROFILES / hw / model / "meta.yaml").read_text())
+        for entry in ((meta.get("skew_fit") or {}).get("per_tp") or {}).values():
+            alphas.append(float(entry["alpha_default"]))
+    return {"alpha": round(float(np.median(alphas)), 4), "points": len(set(alphas))}
+
+
 def fit() -> dict:
     """Per operator class: launch_us and efficiency, with the fit's spread."""
     samples: dict[str, list[tuple[float, float]]] = {}
@@ -198,5 +209,8 @@ if __name__ == "__main__":
         + yaml.safe_dump({"mixed_decode": mixed_penalty()})
         + gaps
         + yaml.safe_dump({"launch_gap": launch_gaps()}, sort_keys=False)
+        + "# skew: decodes of different lengths (cost_model.skew: true): their attention is\n"
+        + "# t(mean) + alpha (t(longest) - t(mean)), alpha the median of the bundles' pooled fits.\n"
+        + yaml.safe_dump({"skew": skew_alpha()}, sort_keys=False)
     )
     print(out)

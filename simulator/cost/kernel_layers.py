@@ -55,7 +55,7 @@ def load_overheads(hw: HardwareSpec) -> dict[str, Overhead]:
     return {
         op: Overhead(v["launch_us"] * 1e-6, v["bandwidth_fraction"] * hw.hbm_bandwidth)
         for op, v in _overheads_file().items()
-        if op not in ("mixed_decode", "launch_gap")
+        if op not in ("mixed_decode", "launch_gap", "skew")
     }
 
 
@@ -63,6 +63,12 @@ def launch_gaps() -> dict[str, float]:
     """Seconds per call a database-timed kernel takes more in a forward pass (learned):
     ``gemm``, ``decode_attention``, ``prefill_attention``."""
     return {k: float(v["us"]) * 1e-6 for k, v in _overheads_file()["launch_gap"].items()}
+
+
+def skew_alpha() -> float:
+    """The learned share of the gap between decodes at their longest and at their mean
+    context that a batch of mixed lengths takes (``cost_model.skew``)."""
+    return float(_overheads_file()["skew"]["alpha"])
 
 
 def mixed_decode_extra(group: int) -> float:

@@ -16,7 +16,9 @@ batch, each looked up in NVIDIA's database of measured vLLM kernels (``aiconfigu
   of ``L`` tokens from empty with ``L (L + 1) / 2 = n c + n (n + 1) / 2``).
 
 Everything is a function of the step's ``StepSums``, tabulated at construction, so
-``step_time`` is ``time_sums`` of the batch's sums (the fast path is exact). A step outside
+``step_time`` is ``time_sums`` of the batch's sums (the fast path is exact), but for the
+decodes' spread of lengths (``skew``, on by default as ``profiled``'s), which needs the
+longest decode: with it on the engine times decode steps from their batch. A step outside
 the measured grids is extrapolated linearly, counted in ``extrapolated``, and warned about
 once per run.
 """
@@ -39,6 +41,7 @@ from simulator.cost.kernel_layers import (
     launch_gaps,
     load_overheads,
     mixed_decode_extra,
+    skew_alpha,
 )
 from simulator.cost.presets import HardwareSpec, ModelSpec
 from simulator.cost.profiles import Curve
@@ -87,6 +90,11 @@ class KernelsCostConfig(BaseModel):
     and MoE tables' dtype."""
     kv_dtype: Dtype | None = None
     """Dtype of the KV cache (bf16, fp8), overriding the model's: the attention tables'."""
+    skew: bool = True
+    """Correct the decodes' attention for their spread of lengths (the tables time uniform
+    batches): ``t(mean) + alpha (t(longest) - t(mean))``, ``alpha`` learned from
+    LLMServingSim's skew fits. It needs each decode's context, so the engine then times
+    decode steps one by one (``false``: the fast path, from the steps' sums, exact)."""
 
 
 class KernelsCostModel(CostModel):
@@ -126,6 +134,8 @@ class KernelsCostModel(CostModel):
             layers * gaps["prefill_attention"],
         )
         """Seconds the attention calls of a step take beyond their kernels (learned)."""
+        self._alpha = skew_alpha() if cfg.skew else 0.0
+        self.times_from_sums = not cfg.skew
         self.extrapolated = 0
         """Steps timed outside the measured grids (extrapolated)."""
 
@@ -188,8 +198,27 @@ class KernelsCostModel(CostModel):
     # -- the step ------------------------------------------------------------------------
 
     def step_time(self, batch: Batch) -> float:
-        """Seconds the step takes: ``time_sums`` of its sums."""
-        return self.time_sums(StepSums.of(batch))
+        """Seconds the step takes: ``time_sums`` of its sums (and with ``skew``, the
+        decodes' spread of lengths)."""
+        sums = StepSums.of(batch)
+        return self.time_sums(sums) + self._skewed(batch, sums)
+
+    def _skewed(self, batch: Batch, sums: StepSums) -> float:
+        """The extra attention of decodes of different lengths (0 without ``skew``)."""
+        nd = sums.num_decodes
+        if not self._alpha or nd < 2:
+            return 0.0
+        longest = max(
+            c for n, c in zip(batch.new_tokens, batch.context_lens, strict=True) if n == 1
+        )
+        mean = sums.decode_context / nd
+        if longest <= mean:
+            return 0.0
+        attn = self._attention
+        gap = attn.decode(nd, float(longest))[0] - attn.decode(nd, mean)[0]
+        if sums.num_seqs > nd:  # with a prefill chunk in the launch
+            gap *= self._mixed
+        return self._alpha * gap
 
     def step_time_in_dp(self, batch: Batch, tokens_across_dp: Sequence[int], rank: int) -> float:
         """Seconds of DP rank ``rank``'s step when rank ``i`` runs ``tokens_across_dp[i]``
@@ -201,7 +230,8 @@ class KernelsCostModel(CostModel):
         token_time = dense[padded] if padded < len(dense) else self._dense_beyond(padded)
         token_time += self._moe_across(tokens_across_dp)
         attention = self._attend(num_seqs, nd, context, decode_context, pairs)
-        return token_time + attention + self._sequence_time(num_seqs)
+        skew = self._skewed(batch, StepSums.of(batch)) if self._alpha else 0.0
+        return token_time + attention + self._sequence_time(num_seqs) + skew
 
     def time_sums(self, sums: StepSums) -> float:
         """Seconds of a step with these sums (the engine's fast path; ``step_time`` too)."""
