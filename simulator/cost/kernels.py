@@ -200,6 +200,14 @@ class KernelsCostModel(CostModel):
     def step_time(self, batch: Batch) -> float:
         """Seconds the step takes: ``time_sums`` of its sums (and with ``skew``, the
         decodes' spread of lengths)."""
+        new, ctx = batch.new_tokens, batch.context_lens
+        n = len(new)
+        if sum(new) == n:  # decodes only (most steps): their sums without another pass
+            context = sum(ctx)
+            t = self.time_sums((n, n, n, context, context, context + n))  # type: ignore[arg-type]
+            if self._alpha and n > 1:
+                t += self._spread(n, context / n, max(ctx), 1.0)
+            return t
         sums = StepSums.of(batch)
         return self.time_sums(sums) + self._skewed(batch, sums)
 
@@ -208,17 +216,19 @@ class KernelsCostModel(CostModel):
         nd = sums.num_decodes
         if not self._alpha or nd < 2:
             return 0.0
-        longest = max(
-            c for n, c in zip(batch.new_tokens, batch.context_lens, strict=True) if n == 1
-        )
-        mean = sums.decode_context / nd
+        pairs = zip(batch.new_tokens, batch.context_lens, strict=True)
+        longest = max(c for n, c in pairs if n == 1)
+        mixed = self._mixed if sums.num_seqs > nd else 1.0  # a prefill chunk in the launch
+        return self._spread(nd, sums.decode_context / nd, longest, mixed)
+
+    def _spread(self, nd: int, mean: float, longest: int, factor: float) -> float:
+        """``alpha`` of the gap between ``nd`` decodes at the longest context and at the
+        mean (times ``factor``)."""
         if longest <= mean:
             return 0.0
         attn = self._attention
         gap = attn.decode(nd, float(longest))[0] - attn.decode(nd, mean)[0]
-        if sums.num_seqs > nd:  # with a prefill chunk in the launch
-            gap *= self._mixed
-        return self._alpha * gap
+        return self._alpha * gap * factor
 
     def step_time_in_dp(self, batch: Batch, tokens_across_dp: Sequence[int], rank: int) -> float:
         """Seconds of DP rank ``rank``'s step when rank ``i`` runs ``tokens_across_dp[i]``
