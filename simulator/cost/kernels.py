@@ -137,7 +137,8 @@ class KernelsCostModel(CostModel):
         self._alpha = skew_alpha() if cfg.skew else 0.0
         self.times_from_sums = not cfg.skew
         self.extrapolated = 0
-        """Steps timed outside the measured grids (extrapolated)."""
+        """Lookups outside the measured grids (extrapolated) so far: a step may count twice
+        when both its decodes and its chunks fall outside."""
 
     def _dense_terms(self, kernels: ModelKernels, counts: np.ndarray) -> Curve:
         """Seconds of the token-parallel layers but the routed experts, at each count."""
@@ -288,7 +289,7 @@ class KernelsCostModel(CostModel):
         return table[-1] + slope * (seqs - _SEQS)
 
     def _outside(self, what: str) -> None:
-        """Count a step outside the measured grids; warn about the first one."""
+        """Count a lookup outside the measured grids; warn about the first one."""
         self.extrapolated += 1
         if self.extrapolated == 1:
             warn(
