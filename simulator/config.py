@@ -60,7 +60,9 @@ class ScenarioConfig(BaseModel):
     """The scheduler's policy and budgets; left out, the ``spec`` policy with ``vllm serve``'s
     budgets for the cost model's GPU and the KV cache its memory holds."""
     cost_model: CostModelConfig
-    """How long a step takes: ``linear``, ``roofline``, ``fitted`` or ``profiled``."""
+    """How long a step takes: ``linear``, ``roofline``, ``fitted``, ``profiled``, ``physics``
+    or ``kernels``; with ``model`` and ``hardware`` but no ``type``, ``kernels`` where the
+    kernel database measured the GPU, else ``physics``."""
     workload: WorkloadConfig
     """Synthetic arrivals and lengths, or a trace to replay."""
     serving: ServingConfig = Field(default_factory=ServingConfig)

@@ -10,6 +10,7 @@ import numpy as np
 
 from simulator.config import ScenarioConfig
 from simulator.cost import CostModel, build_cost_model
+from simulator.cost.kernels import KernelsCostConfig
 from simulator.cost.physics import PhysicsCostConfig
 from simulator.cost.profiled import ProfiledCostConfig
 from simulator.cost.roofline import RooflineCostConfig
@@ -37,10 +38,12 @@ def with_expert_parallel(cfg: ScenarioConfig) -> ScenarioConfig:
     if ep == 1:
         return cfg
     cm = cfg.cost_model
-    if not isinstance(cm, ProfiledCostConfig | RooflineCostConfig | PhysicsCostConfig):
+    if not isinstance(
+        cm, ProfiledCostConfig | RooflineCostConfig | PhysicsCostConfig | KernelsCostConfig
+    ):
         raise InputError(
-            "parallel.enable_expert_parallel: supported with the profiled, roofline and physics "
-            f"cost models (cost_model.type is {cm.type})"
+            "parallel.enable_expert_parallel: supported with the profiled, roofline, physics "
+            f"and kernels cost models (cost_model.type is {cm.type})"
         )
     from simulator.cost.presets import load_hardware, load_model
 

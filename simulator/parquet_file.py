@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 _DAMAGED = (OSError, pa.ArrowException, ValueError, KeyError)
 
 
-def _unreadable(path: Path | str, err: BaseException) -> InputError:
+def unreadable(path: Path | str, err: BaseException) -> InputError:
+    """The one-line error of a parquet file that cannot be read."""
     # pyarrow repeats the path the message already starts with
     reason = re.sub(r"^Could not open Parquet input source '.*?': ", "", reason_of(err))
     return InputError(f"{path}: not a readable parquet file ({reason})")
@@ -37,7 +38,7 @@ def read_parquet(path: Path | str) -> pd.DataFrame:
     except InputError:
         raise
     except _DAMAGED as err:
-        raise _unreadable(path, err) from None
+        raise unreadable(path, err) from None
 
 
 def open_parquet(path: Path | str) -> pq.ParquetFile:
@@ -45,7 +46,7 @@ def open_parquet(path: Path | str) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path)
     except _DAMAGED as err:
-        raise _unreadable(path, err) from None
+        raise unreadable(path, err) from None
 
 
 def iter_parquet(
@@ -61,7 +62,7 @@ def iter_parquet(
         except InputError:
             raise
         except _DAMAGED as err:
-            raise _unreadable(path, err) from None
+            raise unreadable(path, err) from None
         if frame is None:
             return
         yield frame

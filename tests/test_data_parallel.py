@@ -176,7 +176,7 @@ def test_an_ep_degree_that_does_not_divide_the_experts_is_one_line() -> None:
 def test_expert_parallel_needs_a_model_that_prices_experts() -> None:
     data = _scenario(2)
     data["parallel"]["enable_expert_parallel"] = True  # a linear cost model
-    with pytest.raises(InputError, match="profiled, roofline and physics cost models"):
+    with pytest.raises(InputError, match="profiled, roofline, physics and kernels cost models"):
         resolve(data)
 
 

@@ -13,10 +13,13 @@ import yaml
 from simulator.config import load_scenario
 from simulator.runner import resolve
 from simulator.validation.real_runs import (
+    KERNELS_MARKERS,
+    KERNELS_RUNS,
     RUNS,
     RealRun,
     data_overrides,
     end_to_end_table,
+    kernels_table,
     replace_between_markers,
     replay,
 )
@@ -99,3 +102,30 @@ def test_fidelity_doc_table_is_what_the_replays_give() -> None:
     assert replace_between_markers(doc, end_to_end_table(LSS)) == doc, (
         "docs/fidelity.md is stale: run benchmarks/real_runs.py"
     )
+
+
+# The kernels cost model on the RTX PRO 6000 runs (docs/fidelity.md, "The kernels cost model"):
+# TPOT and E2E within 5% (3.6% at worst); TTFT misses it on both runs (-3.7 to -9.8% for
+# Llama-3.1-8B, -5.5 to -16.6% for the MoE run, whose profiled replay is further off): each
+# metric held at what the replays give now (+0.5 points, so that a change for the worse shows).
+KERNELS_HELD = {
+    "RTX PRO 6000": {"ttft": 10.3, "tpot": 2.3, "e2e": 3.7},
+    MOE: {"ttft": 17.1, "tpot": 4.1, "e2e": 3.9},
+}
+
+
+@pytest.mark.parametrize("run", KERNELS_RUNS, ids=[r.scenario for r in KERNELS_RUNS])
+def test_kernels_replay_errors_within_what_was_measured(run: RealRun) -> None:
+    metrics, _ = replay(run, ROOT, LSS, kernels=True)
+    for metric, by in metrics.items():
+        for stat, row in by.items():
+            error = row["error_pct"]
+            assert abs(error) <= KERNELS_HELD[run.name][metric], (metric, stat, error)
+            if metric != "ttft":
+                assert abs(error) <= WITHIN, (metric, stat, error)
+
+
+def test_fidelity_doc_kernels_table_is_what_the_replays_give() -> None:
+    doc = (ROOT / "docs" / "fidelity.md").read_text()
+    new = replace_between_markers(doc, kernels_table(LSS), KERNELS_MARKERS)
+    assert new == doc, "docs/fidelity.md is stale: run benchmarks/real_runs.py"

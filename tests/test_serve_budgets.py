@@ -136,7 +136,7 @@ def test_the_saved_scenario_says_which_budgets_ran(
     last = capsys.readouterr().out.strip().splitlines()[-1]  # and so does the console
     assert last == (
         f"server     spec, 2,048 tokens a step, 256 sequences, {blocks:,} KV blocks of 16 "
-        f"({blocks * 16:,} tokens)"
+        f"({blocks * 16:,} tokens); {saved['cost_model']['type']} cost model"
     )
 
 

@@ -175,9 +175,9 @@ def format_uncertainty(u: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def format_server(sched: Any, ranks: int = 1) -> str:
+def format_server(sched: Any, ranks: int = 1, cost_model: Any = None) -> str:
     """One line of what the server (each of its data-parallel ``ranks``) ran with, defaults
-    resolved (``SchedulerConfig``)."""
+    resolved (``SchedulerConfig``), and which cost model timed its steps."""
     tokens, seqs = sched.budgets()
     blocks, size = sched.num_blocks, sched.block_size
     extras = [", prefix caching"] if sched.enable_prefix_caching else []
@@ -185,6 +185,9 @@ def format_server(sched: Any, ranks: int = 1) -> str:
         extras.append(f"; each of {ranks} data-parallel ranks")
     if sched.max_model_len is not None:
         extras.append(f", max_model_len {sched.max_model_len:,}")
+    kind = getattr(cost_model, "type", None)
+    if isinstance(kind, str):
+        extras.append(f"; {kind} cost model")
     return (
         f"server     {sched.policy}, {tokens:,} tokens a step, {seqs:,} sequences, "
         f"{blocks:,} KV blocks of {size} ({blocks * size:,} tokens)" + "".join(extras)

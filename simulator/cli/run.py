@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_summary(result.summary))
     if cfg.cluster is None:  # a cluster's groups each have theirs (scenario.yaml)
         ranks = 1 if cfg.parallel is None else cfg.parallel.data_parallel_size
-        print(format_server(cfg.scheduler, ranks))
+        print(format_server(cfg.scheduler, ranks, cfg.cost_model))
     if result.replicas is not None:
         print(format_replicas(result.summary, result.replicas))
     problem = served_too_little(result.summary)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from simulator.cost.fitted import FittedCostConfig, load_fitted
 from simulator.cost.interface import CostModel
+from simulator.cost.kernels import KernelsCostConfig, KernelsCostModel
 from simulator.cost.linear import LinearCostConfig, LinearCostModel
 from simulator.cost.physics import PhysicsCostConfig, PhysicsCostModel
 from simulator.cost.physics_params import load_params
@@ -30,6 +31,8 @@ __all__ = [
     "CostModel",
     "CostModelConfig",
     "ImportedCostConfig",
+    "KernelsCostConfig",
+    "KernelsCostModel",
     "LinearCostConfig",
     "LinearCostModel",
     "PhysicsCostConfig",
@@ -39,6 +42,7 @@ __all__ = [
     "RooflineCostConfig",
     "RooflineCostModel",
     "build_cost_model",
+    "default_type",
 ]
 
 
@@ -54,10 +58,30 @@ class ImportedCostConfig(BaseModel):
     """Whatever the class reads (its own names and units)."""
 
 
+def default_type(hardware: str) -> str:
+    """The cost model a config naming ``model`` and ``hardware`` but no ``type`` gets:
+    ``kernels`` where the kernel database measured the GPU (and is installed), else
+    ``physics`` (an unknown preset too: physics then names it)."""
+    from simulator.cost.kernel_db import measured_gpus
+
+    try:
+        gpu = load_hardware(hardware).kernels_gpu
+        return "kernels" if gpu is not None and gpu in measured_gpus() else "physics"
+    except InputError:
+        return "physics"
+
+
 def _tag(value: Any) -> str | None:
     """The union member a cost-model config is: its ``type``, or ``imported`` for an import
-    path (anything else is refused as an unknown tag)."""
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    path, or with no ``type`` but a ``model`` and ``hardware`` the GPU's default
+    (``default_type``); anything else is refused as an unknown tag."""
+    if isinstance(value, dict):
+        kind = value.get("type")
+        hardware = value.get("hardware")
+        if kind is None and isinstance(hardware, str) and isinstance(value.get("model"), str):
+            return default_type(hardware)
+    else:
+        kind = getattr(value, "type", None)
     return "imported" if isinstance(kind, str) and is_import_path(kind) else kind
 
 
@@ -67,6 +91,7 @@ CostModelConfig = Annotated[
     | Annotated[FittedCostConfig, Tag("fitted")]
     | Annotated[ProfiledCostConfig, Tag("profiled")]
     | Annotated[PhysicsCostConfig, Tag("physics")]
+    | Annotated[KernelsCostConfig, Tag("kernels")]
     | Annotated[ImportedCostConfig, Tag("imported")],
     Discriminator(_tag),
 ]
@@ -97,6 +122,14 @@ def _physics(cfg: PhysicsCostConfig) -> CostModel:
     )
 
 
+def _kernels(cfg: KernelsCostConfig) -> CostModel:
+    return KernelsCostModel(
+        cfg,
+        in_field("cost_model.model", load_model, cfg.model),
+        in_field("cost_model.hardware", load_hardware, cfg.hardware),
+    )
+
+
 COST_MODELS: Registry[Callable[[Any], CostModel]] = Registry(
     "cost model",
     {
@@ -105,6 +138,7 @@ COST_MODELS: Registry[Callable[[Any], CostModel]] = Registry(
         "fitted": lambda cfg: in_field("cost_model.path", load_fitted, cfg),
         "profiled": _profiled,
         "physics": _physics,
+        "kernels": _kernels,
     },
 )
 """``cost_model.type`` -> how to build the model from its validated config (a new built-in

@@ -52,6 +52,9 @@ class HardwareSpec(BaseModel):
     """GPUs of one node sharing ``interconnect`` (an HGX board: 8): a TP group larger than
     this crosses the network, which a scenario must describe (``cost_model.network``); None:
     not known, not checked."""
+    kernels_gpu: str | None = None
+    """The GPU's folder in NVIDIA's database of measured vLLM kernels (``h100_sxm``, ...):
+    the ``kernels`` cost model's tables; None: not measured there."""
     cost_per_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Dollars per GPU-hour (on-demand cloud rental), for ``servesim search``'s cost columns;
     None if unknown (``search --gpu-cost NAME=USD`` sets or overrides it)."""

@@ -15,6 +15,8 @@ from simulator.validation.measured import read_llmservingsim_summary, read_measu
 DATA_PREFIX = "data/llmservingsim/"
 """Where the scenarios read the runs (``servesim fetch llmservingsim``'s destination)."""
 BEGIN, END = "<!-- BEGIN END-TO-END -->", "<!-- END END-TO-END -->"
+KERNELS_MARKERS = ("<!-- BEGIN KERNELS -->", "<!-- END KERNELS -->")
+"""Where docs/fidelity.md holds the ``kernels`` replays' table."""
 
 
 @dataclass(frozen=True)
@@ -59,14 +61,33 @@ def data_overrides(scenario: dict[str, Any], data_dir: Path) -> dict[str, Any]:
     return out
 
 
-def replay(run: RealRun, root: Path, data_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+KERNELS_RUNS = RUNS[1:]
+"""The runs on a GPU the kernel database measured (RTX PRO 6000; not the RTX 4090)."""
+
+
+def kernels_overrides(scenario: dict[str, Any], data_dir: Path) -> dict[str, Any]:
+    """``data_overrides`` with the scenario's cost model replaced by ``kernels`` on the same
+    model, GPU and TP (the newest vLLM version measured there)."""
+    out = data_overrides(scenario, data_dir)
+    cm = scenario["cost_model"]
+    model = out.get("cost_model.model", cm["model"])
+    keep = {k: v for k, v in out.items() if not k.startswith("cost_model.")}
+    kernels = {"type": "kernels", "model": model, "hardware": cm["hardware"]}
+    return {**keep, "cost_model": {**kernels, "tp": cm.get("tp", 1)}}
+
+
+def replay(
+    run: RealRun, root: Path, data_dir: Path, kernels: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(servesim's comparison, LLMServingSim's errors) of ``run``: its scenario under
-    ``root/scenarios`` simulated on the files in ``data_dir``."""
+    ``root/scenarios`` simulated on the files in ``data_dir`` (``kernels``: with the
+    ``kernels`` cost model instead of the scenario's)."""
     from simulator.config import load_scenario, read_yaml
     from simulator.runner import run as simulate
 
     path = root / "scenarios" / f"{run.scenario}.yaml"
-    cfg = load_scenario(path, data_overrides(read_yaml(path), data_dir))
+    overrides = kernels_overrides if kernels else data_overrides
+    cfg = load_scenario(path, overrides(read_yaml(path), data_dir))
     result = simulate(cfg)
     meas = read_measured(data_dir / run.measured, "llmservingsim")
     metrics = compare(simulated(result.requests, result.summary, meas.reference, run.name), meas)
@@ -99,9 +120,35 @@ def end_to_end_table(data_dir: Path, root: Path | None = None) -> str:
     return "\n".join(lines)
 
 
-def replace_between_markers(text: str, table: str) -> str:
-    """``text`` with what lies between the END-TO-END markers replaced by ``table``."""
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+def kernels_table(data_dir: Path, root: Path | None = None) -> str:
+    """The markdown table of the runs on measured GPUs replayed with ``kernels``, beside the
+    scenario's own (``profiled``) replay: per metric and statistic, the errors."""
+    root = root or Path(__file__).resolve().parents[2]
+    lines = [
+        "| run | metric | stat | measured | kernels | kernels error | profiled error |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for run in KERNELS_RUNS:
+        ours, _ = replay(run, root, data_dir, kernels=True)
+        theirs, _ = replay(run, root, data_dir)
+        for metric in ("ttft", "tpot", "e2e"):
+            for stat in STATS:
+                row = ours[metric][stat]
+                unit, scale = ("s", 1.0) if metric != "tpot" else ("ms", 1e3)
+                lines.append(
+                    f"| {run.name} | {metric.upper()} | {stat} "
+                    f"| {row['measured'] * scale:,.1f} {unit} "
+                    f"| {row['simulated'] * scale:,.1f} {unit} | {row['error_pct']:+.1f}% "
+                    f"| {theirs[metric][stat]['error_pct']:+.1f}% |"
+                )
+    return "\n".join(lines)
+
+
+def replace_between_markers(text: str, table: str, markers: tuple[str, str] = (BEGIN, END)) -> str:
+    """``text`` with what lies between ``markers`` (the END-TO-END ones) replaced by
+    ``table``."""
+    begin, end = markers
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     if not pattern.search(text):
-        raise ValueError("docs/fidelity.md has no END-TO-END markers")
-    return pattern.sub(lambda _: f"{BEGIN}\n{table}\n{END}", text)
+        raise ValueError(f"docs/fidelity.md has no {begin} marker")
+    return pattern.sub(lambda _: f"{begin}\n{table}\n{end}", text)
