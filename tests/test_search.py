@@ -67,6 +67,9 @@ def test_search_prices_each_deployment_and_marks_the_cheapest(
     assert np.allclose(ratio, ratio.iloc[0]) and 0.9 < ratio.iloc[0] < 1.15
     drained = table["request_throughput"] / table["capacity"]
     assert drained.max() - drained.min() > 0.05
+    # each capacity's model interval: searched again at the roofline's error band's ends
+    low, high = table["capacity_model_low"], table["capacity_model_high"]
+    assert (low < table["capacity"]).all() and (table["capacity"] < high).all()
     cheapest = table[table["cheapest"]]
     assert len(cheapest) == 1
     assert cheapest["usd_per_million_tokens"].iloc[0] == table["usd_per_million_tokens"].min()
@@ -78,10 +81,12 @@ def test_search_prices_each_deployment_and_marks_the_cheapest(
     sets += ["--set", f"cost_model.tp={point['cost_model.tp']}"]
     capacity = ["capacity", str(write(tmp_path, ROOFLINE)), *sets, "--slo", "ttft_p99_ms=300"]
     capacity += ["--seeds", "1"]
+    capacity += ["--uncertainty", "off"]
     assert main([*capacity, "--out", str(one), "--no-plots", "--jobs", "1"]) == 0
     assert json.loads((one / "capacity.json").read_text())["capacity"] == point["capacity"]
     printed = capsys.readouterr().out
     assert "$/M tokens" in printed and "cost_model.tp" in printed and "(GPUs / replica)" in printed
+    assert "model 90%" in printed and "model: 90% interval" not in printed
     assert (out / "plots" / "pareto.png").stat().st_size > 20_000
     meta = json.loads((out / "search.json").read_text())
     assert meta["gpu_cost"] == {"a100-80gb": 1.5}

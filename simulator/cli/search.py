@@ -12,6 +12,7 @@ from simulator.cli.common import (
     add_backend_args,
     add_out_args,
     add_scenario_args,
+    add_uncertainty_arg,
     console_table,
     results_folder,
 )
@@ -59,6 +60,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "bare USD for every GPU (needed with a linear cost model)",
     )
     add_backend_args(p)
+    add_uncertainty_arg(p, "each capacity (not --replicas-for's counts) gets")
     add_out_args(p, "<name>-search", "the figure")
     return p
 
@@ -93,6 +95,7 @@ def _spec(args: argparse.Namespace) -> tuple[SearchSpec, Any]:
         start=args.start,
         replicas_for=replicas_for,
         replicas_for_scenario=args.replicas_for == "scenario",
+        uncertainty=args.uncertainty == "on",
     )
     return spec, cfg
 
@@ -215,10 +218,22 @@ def search_console_table(table: pd.DataFrame, keys: list[str]) -> str:
     if answer == "capacity" and "capacity_ci_low" in table:
         heading = cols["capacity"][0]
         show[heading] = [_capacity_cell(r) for r in table.to_dict("records")]
+    if answer == "capacity" and "capacity_model_low" in table:
+        show["model 90%"] = [_model_cell(r) for r in table.to_dict("records")]
     show[""] = ["*" if c else "" for c in table["cheapest"]]
     from simulator.cli.console import render
 
     return render(show, ident=len(keys) + 1)
+
+
+def _model_cell(row: dict[Any, Any]) -> str:
+    """A point's capacity model interval (its cost model's error band), ``low-high``."""
+    import math
+
+    lo, hi = row.get("capacity_model_low"), row.get("capacity_model_high")
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return "-"
+    return f"{lo:.3g}-{hi:.3g}"
 
 
 def _capacity_cell(row: dict[Any, Any]) -> str:

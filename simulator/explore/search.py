@@ -18,10 +18,11 @@ from simulator.explore.driver import Search
 from simulator.explore.estimate import SeededCapacity, seeded_capacity
 from simulator.explore.grid import cell_keys
 from simulator.explore.pricing import cost_per_hour
-from simulator.explore.probe import load_for
+from simulator.explore.probe import Load, load_for
 from simulator.explore.replicas import REPLICAS_KEY, Replicas, replicas_search
 from simulator.explore.slo import Target
 from simulator.explore.sweep import GridPoint, grid_points
+from simulator.explore.uncertainty import scenario_band
 from simulator.feasibility import DoesNotFit
 from simulator.runner import resolve
 from simulator.workload import check_input_files
@@ -44,6 +45,9 @@ class SearchSpec:
     """Find the fewest replicas for this load (reported unit) instead of the capacity."""
     replicas_for_scenario: bool = False
     """Find the fewest replicas for each point's own load."""
+    uncertainty: bool = False
+    """Give each capacity its model interval (``capacity_model_low``/``_high``): the
+    capacity searched again with every step at each end of the cost model's error band."""
 
 
 def point_config(spec: SearchSpec, point: GridPoint) -> ScenarioConfig:
@@ -151,6 +155,8 @@ def point_search(spec: SearchSpec, point: GridPoint) -> Search[dict[str, Any]]:
             found = yield from seeded_capacity(
                 spec.base, spec.source, spec.target, load, spec.seeds, spec.tolerance, overrides
             )
+            if spec.uncertainty:
+                row.update((yield from _model_interval(spec, cfg, load, overrides, found)))
     except Exception as err:  # one bad point must not lose the others
         text = str(err).strip().splitlines()
         error = text[0] if text else type(err).__name__
@@ -169,6 +175,30 @@ def point_search(spec: SearchSpec, point: GridPoint) -> Search[dict[str, Any]]:
     row["gpus"] = gpus
     _cost_columns(row, usd)
     return {**row, "status": found.outcome, "error": None, "reason": found.reason()}
+
+
+def _model_interval(
+    spec: SearchSpec,
+    cfg: ScenarioConfig,
+    load: Load,
+    overrides: tuple[tuple[str, Any], ...],
+    found: SeededCapacity,
+) -> Search[dict[str, Any]]:
+    """A point's capacity at both ends of its cost model's error band
+    (``explore.uncertainty``), with its own: ``capacity_model_low``/``_high`` (None without
+    a measured band, or where an end found no capacity)."""
+    band = scenario_band(cfg)
+    caps = [found.capacity]
+    for scale in band[1].scales() if band is not None else ():
+        at = (*overrides, ("serving.gpu_time_scale", cfg.serving.gpu_time_scale * scale))
+        end = yield from seeded_capacity(
+            spec.base, spec.source, spec.target, load, spec.seeds, spec.tolerance, at
+        )
+        caps.append(end.capacity)
+    known = [c for c in caps if c is not None]
+    if band is None or len(known) < len(caps):
+        return {"capacity_model_low": None, "capacity_model_high": None}
+    return {"capacity_model_low": min(known), "capacity_model_high": max(known)}
 
 
 def json_cell(value: Any) -> Any:
