@@ -16,7 +16,12 @@ always holds 0.
 - ``profiled``: each bundle priced from every other profiled point of its operators
   (interpolation held out) against the whole profile;
 - ``fitted``: the shipped presets' 5-fold held-out median errors (absolute: a band of
-  +- z times their root mean square).
+  +- z times their root mean square);
+- ``kernels``: the kernels model (NVIDIA's database of measured vLLM kernels) against each
+  bundle of a GPU the database measured: two measurements of the same kernels on the same
+  GPU by different harnesses (in sample for the launch gaps, learned from those bundles);
+- ``profiled``, too: the same comparison the other way (a profile's sums against the
+  database's), beside its interpolation held out: a profile is one harness's measurement.
 
     .venv/bin/python benchmarks/error_bands.py          # write the file (~2-4 min)
 """
@@ -134,6 +139,27 @@ def profiled_predict(data: Path) -> Callable[..., float]:
     return predict
 
 
+def kernels_predict(data: Path) -> Callable[..., float]:
+    """The kernels model on the bundle's GPU (uniform steps: no skew to correct)."""
+    from simulator.cost import build_cost_model
+    from simulator.cost.kernels import KernelsCostConfig
+
+    def predict(src: Source, tp: int, batch: Batch) -> float:
+        model = source_model(src)
+        cfg = KernelsCostConfig(model=model.name, hardware=src.hardware, tp=tp, skew=False)
+        return build_cost_model(cfg).step_time(batch)
+
+    return predict
+
+
+def measured_by_kernels(groups: list[tuple[Source, int]]) -> list[tuple[Source, int]]:
+    """The bundles of GPUs the kernel database measured."""
+    from simulator.cost.kernel_db import measured_gpus
+
+    measured = set(measured_gpus())
+    return [(s, tp) for s, tp in groups if load_hardware(s.hardware).kernels_gpu in measured]
+
+
 def physics_bands(data: Path) -> dict[str, dict[str, object]]:
     """In sample and leave one GPU out, per group of the physics sources."""
     sources = load_sources(default_sources_path())
@@ -201,6 +227,21 @@ def main() -> int:
     ):
         bands[kind] = band([bundle_bias(s, tp, data, predict) for s, tp in groups], source)
     bands["fitted"] = fitted_band()
+    both = measured_by_kernels(groups)
+    kernels = [bundle_bias(s, tp, data, kernels_predict(data)) for s, tp in both]
+    bands["kernels"] = band(
+        kernels,
+        "the kernels model against each LLMServingSim bundle of a GPU the database measured "
+        "(rtx-pro-6000; its launch gaps were learned from these bundles: in sample)",
+    )
+    interpolation = bands["profiled"]["biases"]
+    cross = [1 / (1 + b) - 1 for b in kernels]  # the bundle's sums against the database's
+    bands["profiled"] = band(
+        [*interpolation, *cross],
+        "each LLMServingSim bundle priced from every other profiled point of its operators "
+        "against the whole profile (interpolation held out), and each bundle of a GPU the "
+        "kernel database measured against the database's kernels (another harness)",
+    )
     doc = {
         "level": LEVEL,
         "method": f"per kind, mean +- {Z:.3f} sd of the held-out groups' median signed "

@@ -1,6 +1,7 @@
 """Check the model-uncertainty intervals against the public real vLLM runs: each run of
 scenarios/real-*.yaml replayed with its cost model (``profiled``; ``physics`` with the GPU
-in its fit; ``physics`` fitted without the run's GPU), at both ends of the model's error band
+in its fit; ``physics`` fitted without the run's GPU; ``kernels`` where the kernel database
+measured the GPU), at both ends of the model's error band
 (configs/error_bands.yaml, from held-out operator and step measurements only), and each of
 the 12 figures (mean/p50/p90/p99 of TTFT, TPOT, E2E, as ``servesim compare`` counts them)
 tested for lying in its interval. Writes the table between the UNCERTAINTY markers of
@@ -24,9 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from simulator.config import ScenarioConfig, load_scenario, read_yaml  # noqa: E402
+from simulator.cost.kernel_db import measured_gpus  # noqa: E402
 from simulator.cost.learn.run import learn  # noqa: E402
 from simulator.cost.learn.sources import default_sources_path, load_sources  # noqa: E402
 from simulator.cost.physics_params import load_params  # noqa: E402
+from simulator.cost.presets import load_hardware  # noqa: E402
 from simulator.explore.uncertainty import at_scale, scenario_band  # noqa: E402
 from simulator.runner import resolve  # noqa: E402
 from simulator.runner import run as simulate  # noqa: E402
@@ -40,19 +43,20 @@ BEGIN, END = "<!-- BEGIN UNCERTAINTY -->", "<!-- END UNCERTAINTY -->"
 METRICS = ("ttft", "tpot", "e2e")
 
 
-def scenario(run: RealRun, data: Path, physics: Path | None, use_physics: bool) -> ScenarioConfig:
-    """The run's scenario on ``data``, with its own cost model or ``physics``."""
+def scenario(run: RealRun, data: Path, physics: Path | None, kind: str) -> ScenarioConfig:
+    """The run's scenario on ``data``, with its own cost model (``kind`` ``profiled``), or
+    ``physics`` (fitted as ``physics`` says, None: shipped) or ``kernels`` on its model and GPU."""
     path = ROOT / "scenarios" / f"{run.scenario}.yaml"
     raw = read_yaml(path)
     overrides = data_overrides(raw, data)
-    if use_physics:
+    if kind != "profiled":
         cm = raw["cost_model"]
         model = cm["model"]
         if model.startswith(DATA_PREFIX):
             model = str(data / model.removeprefix(DATA_PREFIX))
         overrides = {
             "workload.trace.path": overrides["workload.trace.path"],
-            "cost_model.type": "physics",
+            "cost_model.type": kind,
             "cost_model.model": model,
             "cost_model.hardware": cm["hardware"],
         }
@@ -110,12 +114,15 @@ def main() -> int:
                 params = learn(sources, data.parent, f"--exclude {gpu}", [gpu], [data.parent],
                                shipped.allreduce)  # fmt: skip
                 without.write_text(yaml.safe_dump(params.model_dump(mode="json")))
-            for label, physics, use in (
-                ("profiled", None, False),
-                ("physics, GPU in its fit", None, True),
-                ("physics, GPU left out", without, True),
-            ):
-                c = coverage(scenario(run, data, physics, use), run, data)
+            kinds = [
+                ("profiled", None, "profiled"),
+                ("physics, GPU in its fit", None, "physics"),
+                ("physics, GPU left out", without, "physics"),
+            ]
+            if load_hardware(gpu).kernels_gpu in measured_gpus():
+                kinds.append(("kernels", None, "kernels"))
+            for label, physics, kind in kinds:
+                c = coverage(scenario(run, data, physics, kind), run, data)
                 rows = c["rows"].values()
                 held += [r["holds"] for r in rows]
                 widths += [r["half_pct"] for r in rows]

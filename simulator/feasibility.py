@@ -158,6 +158,14 @@ def check_nodes(cm: CostModelConfig, prefix: str = "") -> None:
     if gpus is None or getattr(cm, "tp", None) is None:
         return
     hw = in_field(f"{gpus.where}hardware", load_hardware, gpus.hardware)
+    per_node = hw.gpus_per_node
+    if "network" not in type(cm).model_fields and per_node is not None and gpus.tp > per_node:
+        raise DoesNotFit(  # kernels: all-reduces measured within one node only
+            f"{gpus.where}tp: {gpus.tp} GPUs span more than one node of {hw.name} ({per_node} "
+            f"GPUs a node), which cost model {cm.type} cannot price (its all-reduces are "
+            f"measured within a node): use tp <= {per_node} with more replicas, or type "
+            "physics or roofline with cost_model.network"
+        )
     nodes_spanned(gpus.tp, hw, getattr(cm, "network", None), gpus.where)
 
 

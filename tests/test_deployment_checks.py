@@ -92,6 +92,17 @@ def test_tp_beyond_one_node_without_a_network_is_refused_in_one_line(
     resolve(_scenario({}, tp=8))  # one node: as before
 
 
+def test_kernels_beyond_one_node_says_it_cannot_price_a_network(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the kernel database times all-reduces within a node, and its config has no network
+    sets = ["--set", "cost_model.type=kernels", "--set", "cost_model.model=llama-3-8b"]
+    sets += ["--set", "cost_model.hardware=h100-sxm", "--set", "cost_model.tp=16"]
+    err = _one_line_error(["run", QUICKSTART, *sets], capsys, tmp_path / "out")
+    assert err.startswith("cost_model.tp: 16 GPUs span more than one node of h100-sxm")
+    assert "which cost model kernels cannot price" in err and "tp <= 8" in err
+
+
 def test_a_cluster_replica_group_beyond_a_node_is_named() -> None:
     cfg = _scenario({})
     cfg["cluster"] = {

@@ -11,6 +11,7 @@ import numpy as np
 
 from simulator.cost.kernel_db import KernelDatabase
 from simulator.cost.kernel_tables import gemm_curve, message_curve, token_curve
+from simulator.cost.kv_heads import kv_heads_per_gpu
 from simulator.cost.presets import HardwareSpec, ModelSpec, configs_dir
 from simulator.cost.profiles import Curve
 from simulator.errors import InputError
@@ -104,7 +105,7 @@ class ModelKernels:
                 f"cost_model.weight_dtype: {model.weight_dtype}: no GEMMs measured in {self.where}"
             )
         self.heads = model.num_heads // tp
-        self.kv_heads = max(1, model.num_kv_heads // tp)
+        self.kv_heads = kv_heads_per_gpu(model, tp)  # one, replicated, past the KV heads
         kv_dtype = KV_DTYPES.get(model.kv_dtype)
         if kv_dtype is None:
             raise InputError(f"cost_model.kv_dtype: {model.kv_dtype}: no attention measured")
