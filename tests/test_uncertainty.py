@@ -195,3 +195,15 @@ def test_capacity_reports_a_model_interval(tmp_path: Path) -> None:
     if found["capacity"] is not None:
         assert model["low"] <= found["capacity"] <= model["high"]
         assert model["low"] < model["high"]
+
+
+def test_the_band_runs_say_nothing_the_run_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = copy.deepcopy(ROOFLINE)
+    cfg["scheduler"]["max_model_len"] = 300  # some requests rejected: a warning
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path), "--out", str(tmp_path / "o"), "--no-plots"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("request(s) rejected") == 1, err

@@ -84,11 +84,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _uncertainty(cfg: Any, summary: dict[str, Any]) -> dict[str, Any]:
-    """The run's model uncertainty (``explore.uncertainty``): two more runs, no step rows."""
+    """The run's model uncertainty (``explore.uncertainty``): two more runs, no step rows,
+    their warnings unsaid (the run's own said what the scenario warns of)."""
+    import contextlib
+    import io
+
     from simulator.explore.uncertainty import model_uncertainty
     from simulator.runner import run as run_scenario
 
-    return model_uncertainty(cfg, summary, lambda c: run_scenario(c, steps="none").summary)
+    with contextlib.redirect_stderr(io.StringIO()):
+        return model_uncertainty(cfg, summary, lambda c: run_scenario(c, steps="none").summary)
 
 
 def _write_vllm_bench(path: str, result: Any, cfg: Any) -> None:
