@@ -25,19 +25,8 @@ from simulator.cost.linear import LinearCostConfig, LinearCostModel
 from simulator.engine.serving import ServingConfig, StepWithCpu
 from simulator.explore.uncertainty import at_scale, intervals, model_uncertainty
 from simulator.runner import run as run_scenario
+from tests.test_serving import ONE_REQUEST  # one request: 9 ms prefill, 5.1 ms decodes
 
-ONE_REQUEST: dict[str, Any] = {
-    "name": "alone",
-    "scheduler": {"max_num_batched_tokens": 64, "max_num_seqs": 4, "num_blocks": 64},
-    # a prefill of 40 tokens takes 5 + 40 * 0.1 = 9 ms, a decode 5.1 ms
-    "cost_model": {"type": "linear", "base_ms": 5, "per_token_ms": 0.1},
-    "workload": {
-        "num_requests": 1,
-        "arrival": {"process": "constant", "rate": 1},
-        "prompt_len": {"dist": "fixed", "value": 40},
-        "output_len": {"dist": "fixed", "value": 3},
-    },
-}
 ROOFLINE: dict[str, Any] = {
     "name": "roofline",
     "scheduler": {"max_num_batched_tokens": 512, "max_num_seqs": 32},
