@@ -23,8 +23,13 @@ from simulator.cost.batch import Batch, StepSums
 from simulator.cost.error_band import band_for, band_kind, load_bands
 from simulator.cost.linear import LinearCostConfig, LinearCostModel
 from simulator.engine.serving import ServingConfig, StepWithCpu
-from simulator.explore.uncertainty import at_scale, intervals, model_uncertainty
-from simulator.runner import run as run_scenario
+from simulator.explore.uncertainty import (
+    at_scale,
+    band_summary,
+    intervals,
+    model_uncertainty,
+    run_side_by_side,
+)
 from tests.test_serving import ONE_REQUEST  # one request: 9 ms prefill, 5.1 ms decodes
 
 ROOFLINE: dict[str, Any] = {
@@ -122,12 +127,12 @@ def test_model_uncertainty_runs_the_band_ends_and_orders_them() -> None:
     cfg = validate(ROOFLINE, "t")
     seen: list[float] = []
 
-    def run(c: Any) -> dict[str, Any]:
-        seen.append(c.serving.gpu_time_scale)
-        return run_scenario(c, steps="none").summary
+    def run_all(cfgs: list[Any]) -> list[dict[str, Any]]:
+        seen.extend(c.serving.gpu_time_scale for c in cfgs)
+        return run_side_by_side(cfgs, 2)
 
     base = simulator.run(cfg).summary
-    u = model_uncertainty(cfg, base, run)
+    u = model_uncertainty(cfg, base, run_all)
     band = load_bands().bands["roofline"]
     assert seen == pytest.approx(list(band.scales())) and u["available"]
     assert u["step_time_error"] == [band.low, band.high]
@@ -135,7 +140,8 @@ def test_model_uncertainty_runs_the_band_ends_and_orders_them() -> None:
         low, high = u[key]
         assert low <= base[key] <= high, key
     # slower steps (the model too fast) give the longer latencies
-    slow = run_scenario(at_scale(cfg, max(band.scales())), steps="none").summary
+    slow = band_summary(at_scale(cfg, max(band.scales())))
+    assert run_side_by_side([cfg], 1)[0]["ttft_mean_s"] == base["ttft_mean_s"]  # in-process
     assert u["tpot_mean_s"][1] == slow["tpot_mean_s"] > base["tpot_mean_s"]
 
 

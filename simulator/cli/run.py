@@ -85,15 +85,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _uncertainty(cfg: Any, summary: dict[str, Any]) -> dict[str, Any]:
     """The run's model uncertainty (``explore.uncertainty``): two more runs, no step rows,
-    their warnings unsaid (the run's own said what the scenario warns of)."""
-    import contextlib
-    import io
+    side by side on two cores where there are two."""
+    import os
 
-    from simulator.explore.uncertainty import model_uncertainty
-    from simulator.runner import run as run_scenario
+    from simulator.explore.uncertainty import model_uncertainty, run_side_by_side
 
-    with contextlib.redirect_stderr(io.StringIO()):
-        return model_uncertainty(cfg, summary, lambda c: run_scenario(c, steps="none").summary)
+    jobs = min(2, os.cpu_count() or 1)
+    return model_uncertainty(cfg, summary, lambda cfgs: run_side_by_side(cfgs, jobs))
 
 
 def _write_vllm_bench(path: str, result: Any, cfg: Any) -> None:

@@ -79,18 +79,46 @@ def no_band(cfg: ScenarioConfig) -> dict[str, Any]:
     }
 
 
+def band_summary(cfg: ScenarioConfig) -> dict[str, Any]:
+    """The summary of one band end's run (a work unit: no step rows, its warnings unsaid,
+    since the run's own said what the scenario warns of)."""
+    import contextlib
+    import io
+
+    from simulator.runner import run
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        return run(cfg, steps="none").summary
+
+
+def run_side_by_side(cfgs: list[ScenarioConfig], jobs: int) -> list[dict[str, Any]]:
+    """``band_summary`` of each scenario, up to ``jobs`` at once on local processes (one:
+    in this process), in order."""
+    from simulator.explore.backends import make_backend
+
+    with make_backend("local", max(1, min(jobs, len(cfgs)))) as backend:
+        tickets = [backend.submit(band_summary, c) for c in cfgs]
+        done: dict[int, dict[str, Any]] = {}
+        while len(done) < len(tickets):
+            for d in backend.wait():
+                if d.error is not None:
+                    raise d.error
+                done[d.ticket] = d.value
+    return [done[t] for t in tickets]
+
+
 def model_uncertainty(
     cfg: ScenarioConfig,
     summary: dict[str, Any],
-    run: Callable[[ScenarioConfig], dict[str, Any]],
+    run_all: Callable[[list[ScenarioConfig]], list[dict[str, Any]]],
 ) -> dict[str, Any]:
-    """The ``uncertainty`` entry of a run's summary: ``run`` simulates a scenario and returns
-    its summary (called twice, at the band's ends; ``summary`` is the run's own)."""
+    """The ``uncertainty`` entry of a run's summary: ``run_all`` simulates scenarios and
+    returns their summaries (given the two at the band's ends; ``summary`` is the run's own)."""
     found = scenario_band(cfg)
     if found is None:
         return no_band(cfg)
     kind, band = found
-    ends = [run(at_scale(cfg, s)) for s in band.scales()]
+    ends = run_all([at_scale(cfg, s) for s in band.scales()])
     return {
         "level": load_bands().level,
         "available": True,
