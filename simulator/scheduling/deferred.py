@@ -43,12 +43,18 @@ class DeferredDecodes:
     # the waiting head's prefix-cache hit as last looked up: (head, hashes its hit could
     # cover or None until needed, hit blocks); kept while no step evicts or caches those
     _memo: tuple[Sequence, frozenset[int] | None, list[int]] | None
+    fast_path_declined: str | None
+    """Why the fast path takes no step of this policy (it overrides a hook the fast path
+    cannot honour: ``fast_step.DECLINED_HOOKS``), or None."""
 
     def _can_defer(self) -> bool:
         """Whether tokens can be sampled later, many at once: no EOS (only sampling reveals
-        one), and no sampler or one that can give ``k`` tokens at once."""
-        return self.eos_token_id is None and (
-            self.sample_fn is None or self.sample_many is not None
+        one), no sampler or one that can give ``k`` tokens at once, and no hook overridden
+        that the fast path cannot honour."""
+        return (
+            self.fast_path_declined is None
+            and self.eos_token_id is None
+            and (self.sample_fn is None or self.sample_many is not None)
         )
 
     def _start_run(self) -> DecodeRun:

@@ -10,6 +10,10 @@ returns None and the step goes through ``schedule()``. Its ``update()``,
 ``finish_fast_step()``, retires the members that finish (known from the group's sums) and
 the others that do, and lets the sequences that sampled join the group when they come right
 after it in the running order.
+
+A policy of the user's that overrides a hook the fast path cannot honour (``DECLINED_HOOKS``)
+gets no fast steps: ``fast_path_declined`` says which, and every step of it goes through
+``schedule()`` and ``update()``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,34 @@ from simulator.scheduling.decode_run import DecodeRun
 from simulator.scheduling.deferred import DeferredDecodes
 from simulator.scheduling.interface import StepPlan
 from simulator.scheduling.sequence import Sequence
+
+DECLINED_HOOKS = (
+    "schedule",
+    "_plan_running",
+    "_make_room",
+    "_cap",
+    "_admit",
+    "update",
+    "_apply",
+    "_retire",
+)
+"""The scheduler's methods a policy may override (docs/architecture.md, "Adding things") that
+the fast path does not call where ``schedule()`` and ``update()`` do (it plans and applies its
+group without them), or calls while its group's fields are deferred: a policy overriding one
+takes every step through ``schedule()`` and ``update()``. ``_victim`` and ``_preempt`` are
+honoured on both paths: only a step that preempts calls them, and the fast path takes none."""
+
+
+def declined_by(cls: type, base: type) -> str | None:
+    """Why the fast path takes no step of a ``cls`` scheduler: the first hook of ``base`` in
+    ``DECLINED_HOOKS`` that a class between them overrides; None if none does."""
+    for klass in cls.__mro__:
+        if klass is base:
+            return None
+        for name in DECLINED_HOOKS:
+            if name in klass.__dict__:
+                return f"{klass.__qualname__} overrides {name}, which the fast path cannot honour"
+    return None
 
 
 @trait  # a part of StepScheduler (mypyc: one of its several bases)
@@ -39,6 +71,14 @@ class FastSteps(DeferredDecodes):
     def _apply(self, plan: StepPlan) -> list[Sequence]:
         """Advance the KV of ``plan.seqs`` and sample; return those that finished."""
         raise NotImplementedError
+
+    def _init_fast(self, base: type) -> None:
+        """The fast path's state, empty; ``base`` is the scheduler's own class, whose hooks a
+        policy subclassing it may override (``DECLINED_HOOKS``)."""
+        self._run = self._memo = self._fast_plan = None
+        self._finishing = []
+        self._sampled = []
+        self.fast_path_declined = declined_by(type(self), base)
 
     # -- the fast path -----------------------------------------------------------------------
 

@@ -119,9 +119,7 @@ class StepScheduler(Intake, Speculation, TierLoads, FastSteps, Scheduler):
         self._num_preemptions = self._num_added = 0
         self._known: set[Hashable] = set()
         self._plan: StepPlan | None = None
-        self._run = self._memo = self._fast_plan = None
-        self._finishing: list[Sequence] = []
-        self._sampled: list[Sequence] = []
+        self._init_fast(StepScheduler)
         self._loading: set[Sequence] = set()  # holding blocks while their KV loads from a tier
 
     @classmethod
