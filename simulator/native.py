@@ -31,6 +31,7 @@ COMPILED = (
     "simulator.scheduling.block_pool",
     "simulator.scheduling.decode_run",
     "simulator.scheduling.deferred",
+    "simulator.scheduling.fast_async",
     "simulator.scheduling.fast_step",
     "simulator.scheduling.intake",
     "simulator.scheduling.interface",

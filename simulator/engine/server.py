@@ -16,10 +16,11 @@ Timing rules (also in docs/metrics.md):
   the server sees what a step-by-step run shows at that instant, and the results are
   identical to stepping through ``schedule()`` and ``update()`` (``fast_decode=False``; the
   tests compare the two).
-- Speculative decoding (``draft_cost``) and async scheduling take the plain path. Under async
-  scheduling step ``n + 1`` is planned when step ``n`` starts, before its tokens are known
-  (vLLM's batch queue of two), and starts when step ``n`` ends, right after its ``update()``:
-  a request arriving while step ``n`` runs is first seen by step ``n + 2``'s plan.
+- Speculative decoding (``draft_cost``) takes the plain path. Under async scheduling step
+  ``n + 1`` is planned when step ``n`` starts, before its tokens are known (vLLM's batch
+  queue of two), by ``fast_step()`` where it can, and starts when step ``n`` ends, right
+  after its ``update()``: a request arriving while step ``n`` runs is first seen by step
+  ``n + 2``'s plan.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import simpy
 from simulator.cost.batch import Batch
 from simulator.cost.interface import CostModel
 from simulator.engine.drafts import DraftCost
-from simulator.engine.fast_window import FastWindow, Final, Retire
+from simulator.engine.fast_window import FastWindow, Final, Retire, plan_sums
 from simulator.engine.held import Held
 from simulator.engine.kv_loads import KVLoads
 from simulator.engine.recorder import NO_MOVES, Recorder
@@ -66,18 +67,18 @@ class Server:
         self._retire = retire or self.record_finished
         self._closed = False  # no more submissions: stop once the work is done
         self._wake: simpy.Event | None = None
-        self._busy_until = 0.0
-        self._drafts = drafts
+        self._busy_until, self._drafts = 0.0, drafts
         self._plans_ahead = bool(getattr(scheduler, "async_scheduling", False))
         # async: the step planned to run next, with its row (planned while the last one ran)
         self._next: tuple[StepPlan, float, tuple[int, ...]] | None = None
         self._num_empty = 0  # async: empty steps in a row (a few are normal, many a bug)
-        special = self._plans_ahead or bool(getattr(scheduler, "num_speculative_tokens", 0))
+        spec = bool(getattr(scheduler, "num_speculative_tokens", 0))
+        fast = fast_decode and cost_model.times_from_sums and not spec and not scheduler.moves_kv
         # Fast windows (when the cost model can time steps from sums; the results are
         # identical either way, the tests compare both), bounded by ``next_arrival``: when the
         # next submission can come. ``on_done`` is told ``(number, time)`` when requests
         # finish (``time`` may be ahead of the clock: inside a window, the end of the step
-        # that finished them).
+        # that finished them). Async: ``fast_step()`` where it can, one step at a time.
         self._window = (
             FastWindow(
                 env,
@@ -89,9 +90,10 @@ class Server:
                 cut_at_finish=on_done is not None,
                 holds=holds,
             )
-            if fast_decode and cost_model.times_from_sums and not special and not scheduler.moves_kv
+            if fast and not self._plans_ahead
             else None
         )
+        self._fast_async = fast and self._plans_ahead
         # Decode steps timed ahead and taken only when a submission comes or they end
         # (``FastWindow.hold``): behind a router that reads state, a request may be handed
         # over at any routing instant, so a window would stop at every one of them
@@ -274,7 +276,7 @@ class Server:
             rec.record_step(now, duration, ints, moved)
         self._busy_until = now + duration  # where the timeout lands
         yield env.timeout(duration)
-        self._apply(plan)
+        self._apply(plan, now)
         if plan.drafts:  # how many drafts were accepted is known once applied: the row waits
             rec.record_step(now, duration, ints, moved, sum(plan.accepted.values()))
 
@@ -297,9 +299,12 @@ class Server:
         rest = (num_running, num_waiting, len(plan.preempted), sched.num_cached_blocks)
         return plan, duration, (*ints, sched.num_blocks_used, *rest)
 
-    def _apply(self, plan: StepPlan) -> None:
-        """``update()`` the oldest planned step, ending now: record its tokens and finishes."""
+    def _apply(self, plan: StepPlan, start: float) -> None:
+        """``update()`` the oldest planned step, from ``start`` to now: record its tokens and
+        finishes (async: its deferred decode group's too, if ``fast_step()`` planned it)."""
         now, rec = self.env.now, self.recorder
+        if plan.num_deferred:  # each sampled at ``start`` before: gaps of ``now - start``
+            rec.record_decode_step(plan.num_deferred, start, now)
         done = self._scheduler.update()
         if plan.drafts:  # speculative: more than one token per sequence, at times
             rec.record_samples(plan.sampled, now, plan.num_extra_tokens)
@@ -315,7 +320,7 @@ class Server:
         env, sched, rec = self.env, self._scheduler, self.recorder
         current, self._next = self._next, None
         if current is None:
-            current = self._plan()
+            current = self._plan_ahead()
         plan, duration, ints = current
         now = env.now
         if plan.num_admitted:
@@ -329,12 +334,29 @@ class Server:
             if self._num_empty > 4:  # two in flight, both empty, and then more: stuck
                 raise RuntimeError("async scheduler planned empty steps with work pending")
         if sched.has_requests():  # type: ignore[attr-defined]
-            self._next = self._plan()
+            self._next = self._plan_ahead()
         self._busy_until = now + duration
         yield env.timeout(duration)
-        self._apply(plan)
+        self._apply(plan, now)
         if plan.drafts:  # as in ``_step``: the row waits for the drafts' fate
             rec.record_step(now, duration, ints, NO_MOVES, sum(plan.accepted.values()))
+
+    def _plan_ahead(self) -> tuple[StepPlan, float, tuple[int, ...]]:
+        """Async: ``_plan()`` by ``fast_step()`` if the scheduler can (the row from its sums),
+        else by ``schedule()`` (the deferred decode group sampled at the end of the last step
+        applied: now)."""
+        sched = self._scheduler
+        if self._fast_async:
+            num_running, num_waiting = sched.num_running, sched.num_waiting
+            plan = sched.fast_step()
+            if plan is not None:
+                sums = plan_sums(plan)
+                n, decodes, tokens = sums[0], sums[1], sums[2]
+                ints = (n, tokens, tokens - decodes, decodes, sched.num_blocks_used)
+                rest = (num_running, num_waiting, 0, sched.num_cached_blocks)
+                return plan, self._cost_model.time_sums(sums), (*ints, *rest)
+            self.recorder.end_decode_run(sched.decode_batch_ids(), self.env.now)  # type: ignore[arg-type]
+        return self._plan()
 
     def _start_loads(self, plan: StepPlan, now: float) -> None:
         """Book the KV loads ``plan`` started on the tiers' links; each sequence may be

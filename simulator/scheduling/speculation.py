@@ -56,8 +56,9 @@ class Speculation:
         return bool(self._running or self.waiting or self._unreported)
 
     def _can_defer(self) -> bool:
-        # drafts and placeholders are per-sequence state the deferred group does not keep
-        return not self._special and super()._can_defer()  # type: ignore[misc]
+        # drafts are per-sequence state the deferred group does not keep (placeholders it
+        # does: fast_async.py)
+        return not self.num_speculative_tokens and super()._can_defer()  # type: ignore[misc]
 
     def _take_drafts(self, seq: Sequence, n: int, c: int, plan: StepPlan) -> bool:
         """Record the drafts ``seq`` verifies in its ``n`` tokens and clear its proposal;

@@ -350,6 +350,8 @@ class StepScheduler(Intake, Speculation, TierLoads, FastSteps, Scheduler):
     def update(self) -> list[Sequence]:
         """Apply the last plan: advance KV, sample completed sequences, retire finished ones
         (in plan order, freeing their blocks tail first)."""
+        if self._fast_flight and self._fast_flight[0][0] is self._in_flight[0]:
+            return self._finish_async()  # async: planned by fast_step(), with its group
         plan = self._in_flight.popleft() if self._in_flight else self._plan
         if plan is None:
             raise RuntimeError("update() without a schedule()")
