@@ -40,6 +40,7 @@ COMPILED = (
     "simulator.scheduling.speculation",
     "simulator.scheduling.step_scheduler",
     "simulator.scheduling.tier_loads",
+    "simulator.engine.ahead",
     "simulator.engine.fast_window",
     "simulator.engine.recorder",
     "simulator.engine.server",

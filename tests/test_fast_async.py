@@ -14,12 +14,13 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import simulator.runner
 from simulator.scheduling import Sequence, StepScheduler
 from simulator.scheduling.interface import StepPlan
+from tests import test_fast_path_props as props
 from tests.test_engine import scenario
 from tests.test_policy_hooks import TIGHT
 from tests.test_scheduler_props import POLICIES, Policy, Req, sequence
@@ -212,3 +213,21 @@ def test_an_async_run_gives_the_tables_of_the_plain_path(variant: str) -> None:
     pd.testing.assert_frame_equal(fast.requests, plain.requests, check_exact=True)
     pd.testing.assert_frame_equal(fast.steps, plain.steps, check_exact=True)
     assert fast.requests["finish_s"].notna().all()
+
+
+@st.composite
+def async_scenario(draw: st.DrawFn) -> dict[str, Any]:
+    """A random whole scenario of ``test_fast_path_props`` on one server, async."""
+    cfg = draw(props.whole_scenario())
+    assume("cluster" not in cfg)
+    cfg["scheduler"].update(policy="vllm-v1", async_scheduling=True)
+    return cfg
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(async_scenario())
+def test_async_runs_give_the_tables_of_the_plain_path(cfg: dict[str, Any]) -> None:
+    """Whole runs (open and closed loops, serving overheads, prefix caching on and off with
+    shared prompts): async steps taken back to back under one timeout where no arrival comes
+    give the tables, checksums and summary of one timeout per step, bit for bit."""
+    props.test_the_fast_path_is_the_plain_path.hypothesis.inner_test(cfg)  # type: ignore[attr-defined]

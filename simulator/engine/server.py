@@ -18,9 +18,8 @@ Timing rules (also in docs/metrics.md):
   tests compare the two).
 - Speculative decoding (``draft_cost``) takes the plain path. Under async scheduling step
   ``n + 1`` is planned when step ``n`` starts, before its tokens are known (vLLM's batch
-  queue of two), by ``fast_step()`` where it can, and starts when step ``n`` ends, right
-  after its ``update()``: a request arriving while step ``n`` runs is first seen by step
-  ``n + 2``'s plan.
+  queue of two), and starts when step ``n`` ends, right after its ``update()``: a request
+  arriving while step ``n`` runs is first seen by step ``n + 2``'s plan (``ahead.py``).
 """
 
 from __future__ import annotations
@@ -32,8 +31,9 @@ import simpy
 
 from simulator.cost.batch import Batch
 from simulator.cost.interface import CostModel
+from simulator.engine.ahead import Ahead
 from simulator.engine.drafts import DraftCost
-from simulator.engine.fast_window import FastWindow, Final, Retire, plan_sums
+from simulator.engine.fast_window import FastWindow, Final, Retire
 from simulator.engine.held import Held
 from simulator.engine.kv_loads import KVLoads
 from simulator.engine.recorder import NO_MOVES, Recorder
@@ -68,17 +68,17 @@ class Server:
         self._closed = False  # no more submissions: stop once the work is done
         self._wake: simpy.Event | None = None
         self._busy_until, self._drafts = 0.0, drafts
-        self._plans_ahead = bool(getattr(scheduler, "async_scheduling", False))
-        # async: the step planned to run next, with its row (planned while the last one ran)
-        self._next: tuple[StepPlan, float, tuple[int, ...]] | None = None
-        self._num_empty = 0  # async: empty steps in a row (a few are normal, many a bug)
+        plans_ahead = bool(getattr(scheduler, "async_scheduling", False))
         spec = bool(getattr(scheduler, "num_speculative_tokens", 0))
         fast = fast_decode and cost_model.times_from_sums and not spec and not scheduler.moves_kv
         # Fast windows (when the cost model can time steps from sums; the results are
         # identical either way, the tests compare both), bounded by ``next_arrival``: when the
         # next submission can come. ``on_done`` is told ``(number, time)`` when requests
         # finish (``time`` may be ahead of the clock: inside a window, the end of the step
-        # that finished them). Async: ``fast_step()`` where it can, one step at a time.
+        # that finished them). Async scheduling takes its steps in ``ahead.py``.
+        arrival = next_arrival if fast else None
+        ahead = Ahead(env, scheduler, cost_model, recorder, (self._plan, self._apply), arrival)
+        self._ahead = ahead if plans_ahead else None
         self._window = (
             FastWindow(
                 env,
@@ -90,10 +90,9 @@ class Server:
                 cut_at_finish=on_done is not None,
                 holds=holds,
             )
-            if fast and not self._plans_ahead
+            if fast and not plans_ahead
             else None
         )
-        self._fast_async = fast and self._plans_ahead
         # Decode steps timed ahead and taken only when a submission comes or they end
         # (``FastWindow.hold``): behind a router that reads state, a request may be handed
         # over at any routing instant, so a window would stop at every one of them
@@ -146,7 +145,7 @@ class Server:
     @property
     def busy_until(self) -> float:
         """End of the step in flight (or of the last one taken)."""
-        window = self._window
+        window = self._window or self._ahead
         return max(self._busy_until, window.end) if window is not None else self._busy_until
 
     def has_work(self) -> bool:
@@ -203,8 +202,8 @@ class Server:
                 yield self._wake
                 self._wake = None
                 continue
-            if self._plans_ahead:
-                yield from self._async_step()
+            if self._ahead is not None:
+                yield from self._ahead.run()
                 continue
             if window is not None:
                 if self._holds and not sched.num_waiting:
@@ -276,7 +275,7 @@ class Server:
             rec.record_step(now, duration, ints, moved)
         self._busy_until = now + duration  # where the timeout lands
         yield env.timeout(duration)
-        self._apply(plan, now)
+        self._apply(plan, now, env.now)
         if plan.drafts:  # how many drafts were accepted is known once applied: the row waits
             rec.record_step(now, duration, ints, moved, sum(plan.accepted.values()))
 
@@ -299,10 +298,10 @@ class Server:
         rest = (num_running, num_waiting, len(plan.preempted), sched.num_cached_blocks)
         return plan, duration, (*ints, sched.num_blocks_used, *rest)
 
-    def _apply(self, plan: StepPlan, start: float) -> None:
-        """``update()`` the oldest planned step, from ``start`` to now: record its tokens and
-        finishes (async: its deferred decode group's too, if ``fast_step()`` planned it)."""
-        now, rec = self.env.now, self.recorder
+    def _apply(self, plan: StepPlan, start: float, now: float) -> None:
+        """``update()`` the oldest planned step, from ``start`` to ``now``: record its tokens
+        and finishes (async: its deferred decode group's too, if ``fast_step()`` planned it)."""
+        rec = self.recorder
         if plan.num_deferred:  # each sampled at ``start`` before: gaps of ``now - start``
             rec.record_decode_step(plan.num_deferred, start, now)
         done = self._scheduler.update()
@@ -313,50 +312,6 @@ class Server:
             rec.record_samples(plan.sampled, now)
         if done:
             self._retire(done, now)
-
-    def _async_step(self) -> Generator[simpy.Event, Any, None]:
-        """Async scheduling: run the step planned last (or plan one now), plan the next one
-        while it runs (vLLM's batch queue of two), then apply it."""
-        env, sched, rec = self.env, self._scheduler, self.recorder
-        current, self._next = self._next, None
-        if current is None:
-            current = self._plan_ahead()
-        plan, duration, ints = current
-        now = env.now
-        if plan.num_admitted:
-            rec.record_admitted(plan, now)
-        if plan:  # an empty batch (all in flight, or nothing fits yet) runs nothing
-            if not plan.drafts:
-                rec.record_step(now, duration, ints)
-            self._num_empty = 0
-        else:
-            self._num_empty += 1
-            if self._num_empty > 4:  # two in flight, both empty, and then more: stuck
-                raise RuntimeError("async scheduler planned empty steps with work pending")
-        if sched.has_requests():  # type: ignore[attr-defined]
-            self._next = self._plan_ahead()
-        self._busy_until = now + duration
-        yield env.timeout(duration)
-        self._apply(plan, now)
-        if plan.drafts:  # as in ``_step``: the row waits for the drafts' fate
-            rec.record_step(now, duration, ints, NO_MOVES, sum(plan.accepted.values()))
-
-    def _plan_ahead(self) -> tuple[StepPlan, float, tuple[int, ...]]:
-        """Async: ``_plan()`` by ``fast_step()`` if the scheduler can (the row from its sums),
-        else by ``schedule()`` (the deferred decode group sampled at the end of the last step
-        applied: now)."""
-        sched = self._scheduler
-        if self._fast_async:
-            num_running, num_waiting = sched.num_running, sched.num_waiting
-            plan = sched.fast_step()
-            if plan is not None:
-                sums = plan_sums(plan)
-                n, decodes, tokens = sums[0], sums[1], sums[2]
-                ints = (n, tokens, tokens - decodes, decodes, sched.num_blocks_used)
-                rest = (num_running, num_waiting, 0, sched.num_cached_blocks)
-                return plan, self._cost_model.time_sums(sums), (*ints, *rest)
-            self.recorder.end_decode_run(sched.decode_batch_ids(), self.env.now)  # type: ignore[arg-type]
-        return self._plan()
 
     def _start_loads(self, plan: StepPlan, now: float) -> None:
         """Book the KV loads ``plan`` started on the tiers' links; each sequence may be
