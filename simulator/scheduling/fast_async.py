@@ -49,6 +49,10 @@ class AsyncSteps(DeferredDecodes):
         """Implemented by the fast path (``fast_step.py``)."""
         raise NotImplementedError
 
+    def _wanted(self, seq: Sequence) -> int:
+        """Implemented by ``speculation.py``."""
+        raise NotImplementedError
+
     def _after_schedule(self, plan: StepPlan) -> None:
         """Implemented by ``speculation.py``."""
         raise NotImplementedError
@@ -147,25 +151,19 @@ class AsyncSteps(DeferredDecodes):
         self, plan: StepPlan, span: int, budget: int, cap: int, free: int
     ) -> int | None:
         """``_plan_others`` under async scheduling: each running sequence past the group
-        asks for its tokens and placeholders, unless its step in flight is its last (as
-        ``schedule()``'s phase 1 does with no drafts)."""
+        takes the tokens it asks for (``_wanted``: with its placeholders, none if its step in
+        flight is its last), capped, in order while budget lasts."""
         running = self._running
         bs = self.blocks.block_size
-        token_cap = self._token_cap
         seqs, new_tokens, context = plan.seqs, plan.num_new_tokens, plan.context_lens
         for i in range(span, len(running)):
             if budget <= 0:
                 break
             seq = running[i]
+            n = self._wanted(seq)  # as schedule()'s phase 1 asks it
+            if n < 0:
+                continue
             c = seq.num_computed
-            p = seq.placeholders
-            if p and c + 2 - p >= seq.prompt_len + seq.max_tokens:
-                continue  # the step in flight reaches max_tokens for sure
-            n = seq.num_tokens - c + p
-            if c + n > token_cap:
-                n = token_cap - c
-                if n <= 0:
-                    continue
             if 0 < cap < n:
                 n = cap
             if n > budget:

@@ -223,17 +223,11 @@ class StepScheduler(Intake, Speculation, TierLoads, FastSteps, Scheduler):
             seq = running[i]
             c = seq.num_computed
             n = seq.num_tokens - c
-            if special:
-                p = seq.placeholders
-                if p and c + 2 - p >= seq.prompt_len + seq.max_tokens:
-                    i += 1  # async: the step in flight reaches max_tokens for sure
+            if special:  # drafts and placeholders (speculation.py)
+                n = self._wanted(seq)
+                if n < 0:
+                    i += 1
                     continue
-                n += seq.spec_drafts + p
-                if c + n > self._token_cap:  # drafts cut at the cache or max_model_len
-                    n = self._token_cap - c
-                    if n <= 0:
-                        i += 1
-                        continue
             if 0 < cap < n:
                 n = cap
             if n > budget:
