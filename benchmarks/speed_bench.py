@@ -9,7 +9,8 @@ Cases:
 - ``quickstart-N``: ``scenarios/quickstart.yaml`` with N requests at a stable 6 req/s (issue
   12's million-request case is ``quickstart-1000000``).
 - any case with ``:POLICY`` after it (``blis-10000:vllm-v1``): that scheduling policy, with
-  its default prefix caching.
+  its default prefix caching; ``+async`` after it (``quickstart-100000:vllm-v1+async``):
+  with ``scheduler.async_scheduling`` (vLLM's default).
 
 Each run is a fresh process (its peak RSS is its own), the engines interleaved run by run,
 medians of ``--repeat``; CPU time is the child's user + system time (steadier than wall time on
@@ -62,8 +63,9 @@ BLIS: dict[str, Any] = {
 
 def scenario(case: str) -> dict[str, Any]:
     """The scenario of ``case``: ``blis``, ``blis-N`` or ``quickstart-N``, then ``:POLICY``
-    if it names a scheduling policy."""
+    if it names a scheduling policy, then ``+async`` for async scheduling."""
     case, _, policy = case.partition(":")
+    policy, _, flag = policy.partition("+")
     name, _, n = case.partition("-")
     if name == "blis":
         out = yaml.safe_load(yaml.safe_dump(BLIS))
@@ -76,6 +78,10 @@ def scenario(case: str) -> dict[str, Any]:
         out["workload"]["num_requests"] = int(n)
     if policy:
         out["scheduler"]["policy"] = policy
+    if flag == "async":
+        out["scheduler"]["async_scheduling"] = True
+    elif flag:
+        raise SystemExit(f"unknown flag {flag!r} of case {case!r}: async")
     return out
 
 

@@ -1,5 +1,6 @@
 """The engine's fast path is the plain path, over random whole scenarios: both policies and
-their flags, prefix caching on and off (with shared prompts to hit), priorities, closed loops,
+their flags, async scheduling, prefix caching on and off (with shared prompts to hit),
+priorities, closed loops,
 clusters behind routers that read state or not, and prefill/decode disaggregation; the
 requests and step tables of a run with ``fast_decode`` equal those without, bit for bit.
 (The engine samples no EOS; the schedulers' own property tests cover EOS, and
@@ -82,7 +83,10 @@ def whole_scenario(draw: st.DrawFn) -> dict[str, Any]:
         times = sorted(draw(st.sets(st.floats(0.01, 3.0), min_size=1, max_size=3)))
         caps = [draw(st.integers(0, 8)) for _ in times] + [draw(st.integers(1, 8))]
         workload["max_concurrency_schedule"] = list(zip([0.0, *times], caps, strict=True))
-    elif layout == "cluster":
+    if layout in ("server", "closed", "clients") and sched.get("policy") == "vllm-v1":
+        # vLLM's default: step n + 1 planned before step n is applied (fast_async.py)
+        sched["async_scheduling"] = draw(st.booleans())
+    if layout == "cluster":
         router = draw(st.sampled_from(ROUTERS))
         cfg["cluster"] = {"replicas": draw(st.integers(1, 3)), "router": router}
     elif layout == "disaggregated":  # decode replicas take KV computed elsewhere: spec only

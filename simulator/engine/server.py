@@ -16,10 +16,10 @@ Timing rules (also in docs/metrics.md):
   the server sees what a step-by-step run shows at that instant, and the results are
   identical to stepping through ``schedule()`` and ``update()`` (``fast_decode=False``; the
   tests compare the two).
-- Speculative decoding (``draft_cost``) and async scheduling take the plain path. Under async
-  scheduling step ``n + 1`` is planned when step ``n`` starts, before its tokens are known
-  (vLLM's batch queue of two), and starts when step ``n`` ends, right after its ``update()``:
-  a request arriving while step ``n`` runs is first seen by step ``n + 2``'s plan.
+- Speculative decoding (``draft_cost``) takes the plain path. Under async scheduling step
+  ``n + 1`` is planned when step ``n`` starts, before its tokens are known (vLLM's batch
+  queue of two), and starts when step ``n`` ends, right after its ``update()``: a request
+  arriving while step ``n`` runs is first seen by step ``n + 2``'s plan (``ahead.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import simpy
 
 from simulator.cost.batch import Batch
 from simulator.cost.interface import CostModel
+from simulator.engine.ahead import Ahead
 from simulator.engine.drafts import DraftCost
 from simulator.engine.fast_window import FastWindow, Final, Retire
 from simulator.engine.held import Held
@@ -67,17 +68,18 @@ class Server:
         self._closed = False  # no more submissions: stop once the work is done
         self._wake: simpy.Event | None = None
         self._busy_until, self._drafts = 0.0, drafts
-        self._plans_ahead = bool(getattr(scheduler, "async_scheduling", False))
-        # async: the step planned to run next, with its row (planned while the last one ran)
-        self._next: tuple[StepPlan, float, tuple[int, ...]] | None = None
-        self._num_empty = 0  # async: empty steps in a row (a few are normal, many a bug)
-        special = self._plans_ahead or bool(getattr(scheduler, "num_speculative_tokens", 0))
-        special |= scheduler.swap_bandwidth is not None  # swapped requests resume in schedule()
+        plans_ahead = bool(getattr(scheduler, "async_scheduling", False))
+        spec = bool(getattr(scheduler, "num_speculative_tokens", 0))
+        fast = fast_decode and cost_model.times_from_sums and not spec and not scheduler.moves_kv
+        fast &= scheduler.swap_bandwidth is None  # swapped requests resume in schedule()
         # Fast windows (when the cost model can time steps from sums; the results are
         # identical either way, the tests compare both), bounded by ``next_arrival``: when the
         # next submission can come. ``on_done`` is told ``(number, time)`` when requests
         # finish (``time`` may be ahead of the clock: inside a window, the end of the step
-        # that finished them).
+        # that finished them). Async scheduling takes its steps in ``ahead.py``.
+        arrival = next_arrival if fast else None
+        ahead = Ahead(env, scheduler, cost_model, recorder, (self._plan, self._apply), arrival)
+        self._ahead = ahead if plans_ahead else None
         self._window = (
             FastWindow(
                 env,
@@ -89,7 +91,7 @@ class Server:
                 cut_at_finish=on_done is not None,
                 holds=holds,
             )
-            if fast_decode and cost_model.times_from_sums and not special and not scheduler.moves_kv
+            if fast and not plans_ahead
             else None
         )
         # Decode steps timed ahead and taken only when a submission comes or they end
@@ -145,7 +147,7 @@ class Server:
     @property
     def busy_until(self) -> float:
         """End of the step in flight (or of the last one taken)."""
-        window = self._window
+        window = self._window or self._ahead
         return max(self._busy_until, window.end) if window is not None else self._busy_until
 
     def has_work(self) -> bool:
@@ -202,8 +204,8 @@ class Server:
                 yield self._wake
                 self._wake = None
                 continue
-            if self._plans_ahead:
-                yield from self._async_step()
+            if self._ahead is not None:
+                yield from self._ahead.run()
                 continue
             if window is not None:
                 if self._holds and not sched.num_waiting:
@@ -281,7 +283,7 @@ class Server:
             rec.record_step(now, duration, ints, moved)
         self._busy_until = now + duration  # where the timeout lands
         yield env.timeout(duration)
-        self._apply(plan)
+        self._apply(plan, now, env.now)
         if plan.drafts:  # how many drafts were accepted is known once applied: the row waits
             rec.record_step(now, duration, ints, moved, sum(plan.accepted.values()))
 
@@ -304,9 +306,12 @@ class Server:
         rest = (num_running, num_waiting, len(plan.preempted), sched.num_cached_blocks)
         return plan, duration, (*ints, sched.num_blocks_used, *rest)
 
-    def _apply(self, plan: StepPlan) -> None:
-        """``update()`` the oldest planned step, ending now: record its tokens and finishes."""
-        now, rec = self.env.now, self.recorder
+    def _apply(self, plan: StepPlan, start: float, now: float) -> None:
+        """``update()`` the oldest planned step, from ``start`` to ``now``: record its tokens
+        and finishes (async: its deferred decode group's too, if ``fast_step()`` planned it)."""
+        rec = self.recorder
+        if plan.num_deferred:  # each sampled at ``start`` before: gaps of ``now - start``
+            rec.record_decode_step(plan.num_deferred, start, now)
         done = self._scheduler.update()
         if plan.drafts:  # speculative: more than one token per sequence, at times
             rec.record_samples(plan.sampled, now, plan.num_extra_tokens)
@@ -315,33 +320,6 @@ class Server:
             rec.record_samples(plan.sampled, now)
         if done:
             self._retire(done, now)
-
-    def _async_step(self) -> Generator[simpy.Event, Any, None]:
-        """Async scheduling: run the step planned last (or plan one now), plan the next one
-        while it runs (vLLM's batch queue of two), then apply it."""
-        env, sched, rec = self.env, self._scheduler, self.recorder
-        current, self._next = self._next, None
-        if current is None:
-            current = self._plan()
-        plan, duration, ints = current
-        now = env.now
-        if plan.num_admitted:
-            rec.record_admitted(plan, now)
-        if plan:  # an empty batch (all in flight, or nothing fits yet) runs nothing
-            if not plan.drafts:
-                rec.record_step(now, duration, ints)
-            self._num_empty = 0
-        else:
-            self._num_empty += 1
-            if self._num_empty > 4:  # two in flight, both empty, and then more: stuck
-                raise RuntimeError("async scheduler planned empty steps with work pending")
-        if sched.has_requests():  # type: ignore[attr-defined]
-            self._next = self._plan()
-        self._busy_until = now + duration
-        yield env.timeout(duration)
-        self._apply(plan)
-        if plan.drafts:  # as in ``_step``: the row waits for the drafts' fate
-            rec.record_step(now, duration, ints, NO_MOVES, sum(plan.accepted.values()))
 
     def _start_loads(self, plan: StepPlan, now: float) -> None:
         """Book the KV loads ``plan`` started on the tiers' links; each sequence may be

@@ -45,6 +45,8 @@ class DecodeRun:
         "steps",
         "by_residue",
         "num_shared",
+        "applied",
+        "lag",
     )
 
     def __init__(self, block_size: int, *, with_blocks: bool) -> None:
@@ -71,6 +73,12 @@ class DecodeRun:
         self.num_shared = 0
         """Members with prompt runs (others may hit their blocks: those are hashed as they
         fill, step by step)."""
+        self.applied = 0
+        """Async scheduling: steps of the group applied (``steps`` are planned)."""
+        self.lag = 0
+        """Async scheduling: steps in flight when each step is planned (0 or 1): a member's
+        KV block is cached ``lag`` steps after the step that fills it, once its last token
+        is known (``KVManager.cache_full`` caches known tokens only)."""
 
     def join(self, seq: Sequence, block_size: int) -> None:
         """Add ``seq`` (it just sampled, its fields are true) behind the members."""
@@ -81,7 +89,8 @@ class DecodeRun:
         self.context += offset
         r = offset % block_size
         self.crossing[r] += 1
-        last = steps + seq.max_tokens - (seq.num_tokens - seq.prompt_len)
+        # async: the placeholders of steps in flight are tokens it will have
+        last = steps + seq.max_tokens - (seq.num_tokens + seq.placeholders - seq.prompt_len)
         members = self.finish_at.get(last)
         if members is None:
             self.finish_at[last] = [seq]
@@ -106,7 +115,7 @@ class DecodeRun:
             context += offset
             r = offset % block_size
             crossing[r] += 1
-            last = steps + seq.max_tokens - (seq.num_tokens - seq.prompt_len)
+            last = steps + seq.max_tokens - (seq.num_tokens + seq.placeholders - seq.prompt_len)
             members = finish_at.get(last)
             if members is None:
                 finish_at[last] = [seq]

@@ -43,12 +43,19 @@ class DeferredDecodes:
     # the waiting head's prefix-cache hit as last looked up: (head, hashes its hit could
     # cover or None until needed, hit blocks); kept while no step evicts or caches those
     _memo: tuple[Sequence, frozenset[int] | None, list[int]] | None
+    async_scheduling: bool
+    fast_path_declined: str | None
+    """Why the fast path takes no step of this policy (it overrides a hook the fast path
+    cannot honour: ``fast_step.DECLINED_HOOKS``), or None."""
 
     def _can_defer(self) -> bool:
         """Whether tokens can be sampled later, many at once: no EOS (only sampling reveals
-        one), and no sampler or one that can give ``k`` tokens at once."""
-        return self.eos_token_id is None and (
-            self.sample_fn is None or self.sample_many is not None
+        one), no sampler or one that can give ``k`` tokens at once, and no hook overridden
+        that the fast path cannot honour."""
+        return (
+            self.fast_path_declined is None
+            and self.eos_token_id is None
+            and (self.sample_fn is None or self.sample_many is not None)
         )
 
     def _start_run(self) -> DecodeRun:
@@ -69,6 +76,14 @@ class DeferredDecodes:
     def _retire(self, seq: Sequence) -> None:
         raise NotImplementedError
 
+    def _settle_async(self) -> None:
+        """Implemented by ``fast_async.py``."""
+        raise NotImplementedError
+
+    def _async_batch(self) -> list[Sequence]:
+        """Implemented by ``fast_async.py``."""
+        raise NotImplementedError
+
     # -- stretches of pure decode steps ------------------------------------------------------
 
     def decode_stretch(self) -> DecodeStretch | None:
@@ -78,7 +93,7 @@ class DeferredDecodes:
         if self._fast_plan is not None:
             self.finish_fast_step()
         blocks = self.blocks
-        if self.waiting:
+        if self.waiting or self.async_scheduling:  # async: steps one by one (fast_async.py)
             return None
         run = self._run
         if run is None:
@@ -170,6 +185,8 @@ class DeferredDecodes:
         run = self._run
         if run is None:
             return []
+        if self.async_scheduling:
+            return [seq.seq_id for seq in self._async_batch()]
         return [seq.seq_id for seq in self._running[: run.num_seqs]]
 
     def _advance(self, seq: Sequence, k: int) -> None:
@@ -188,7 +205,11 @@ class DeferredDecodes:
             blocks.cached[seq] = seq.num_computed // blocks.block_size
 
     def _settle(self) -> None:
-        """Bring every member up to date; the group stays (the offsets do not move)."""
+        """Bring every member up to date; the group stays (the offsets do not move; async:
+        it ends, ``fast_async.py``)."""
+        if self.async_scheduling:
+            self._settle_async()
+            return
         if self._fast_plan is not None:
             self.finish_fast_step()
         run = self._run
@@ -205,11 +226,12 @@ class DeferredDecodes:
 
     # -- member blocks -------------------------------------------------------------------------
 
-    def _grow_members(self, run: DecodeRun, t: int, grow: int) -> None:
+    def _grow_members(self, run: DecodeRun, t: int, grow: int, lag: int = 0) -> None:
         """Take (and with a prefix cache, cache) the members' blocks of step ``t``; the caller
         checked that ``grow`` blocks are free. Only the blocks members with prompt runs fill
         are hashed now (another sequence could hit them); the others are counted when their
-        member settles (``_advance``)."""
+        member settles (``_advance``). Async (``lag`` 1): the blocks step ``t - 1`` filled,
+        whose last token is known now (a block a prefill filled was cached then)."""
         blocks = self.blocks
         pool, bs, tables = blocks.pool, blocks.block_size, blocks.tables
         if pool is None:
@@ -218,11 +240,11 @@ class DeferredDecodes:
         fills: list[tuple[Sequence, int]] = []
         keyed: list[tuple[Sequence, int, int]] = []
         if run.num_shared:
-            fills = [
-                (seq, (seq.num_computed - seq.deferred_from + t) // bs - 1)
-                for seq in run.filling(t, bs)
-                if seq.prompt_runs is not None
-            ]
+            u, cached = t - lag, blocks.cached
+            for seq in run.filling(u, bs):
+                j = (seq.num_computed - seq.deferred_from + u) // bs - 1
+                if seq.prompt_runs is not None and cached.get(seq, 0) <= j:
+                    fills.append((seq, j))
             keyed = blocks.fill_hashes(fills)
         if self._memo is not None:
             self._watch_head(grow, [h for _, _, h in keyed])

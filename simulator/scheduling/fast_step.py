@@ -10,21 +10,55 @@ returns None and the step goes through ``schedule()``. Its ``update()``,
 ``finish_fast_step()``, retires the members that finish (known from the group's sums) and
 the others that do, and lets the sequences that sampled join the group when they come right
 after it in the running order.
+
+A policy of the user's that overrides a hook the fast path cannot honour (``DECLINED_HOOKS``)
+gets no fast steps: ``fast_path_declined`` says which, and every step of it goes through
+``schedule()`` and ``update()``.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 from mypy_extensions import mypyc_attr, trait
 
 from simulator.scheduling.decode_run import DecodeRun
-from simulator.scheduling.deferred import DeferredDecodes
+from simulator.scheduling.fast_async import AsyncSteps
 from simulator.scheduling.interface import StepPlan
 from simulator.scheduling.sequence import Sequence
+
+DECLINED_HOOKS = (
+    "schedule",
+    "_plan_running",
+    "_make_room",
+    "_cap",
+    "_admit",
+    "update",
+    "_apply",
+    "_retire",
+)
+"""The scheduler's methods a policy may override (docs/architecture.md, "Adding things") that
+the fast path does not call where ``schedule()`` and ``update()`` do (it plans and applies its
+group without them), or calls while its group's fields are deferred: a policy overriding one
+takes every step through ``schedule()`` and ``update()``. ``_victim`` and ``_preempt`` are
+honoured on both paths: only a step that preempts calls them, and the fast path takes none."""
+
+
+def declined_by(cls: type, base: type) -> str | None:
+    """Why the fast path takes no step of a ``cls`` scheduler: the first hook of ``base`` in
+    ``DECLINED_HOOKS`` that a class between them overrides; None if none does."""
+    for klass in cls.__mro__:
+        if klass is base:
+            return None
+        for name in DECLINED_HOOKS:
+            if name in klass.__dict__:
+                return f"{klass.__qualname__} overrides {name}, which the fast path cannot honour"
+    return None
 
 
 @trait  # a part of StepScheduler (mypyc: one of its several bases)
 @mypyc_attr(allow_interpreted_subclasses=True)
-class FastSteps(DeferredDecodes):
+class FastSteps(AsyncSteps):
     """The fast path of the scheduler, which says how it caps a sequence's tokens in a
     step, how it admits waiting sequences (its phase 2) and how it applies a step."""
 
@@ -40,12 +74,26 @@ class FastSteps(DeferredDecodes):
         """Advance the KV of ``plan.seqs`` and sample; return those that finished."""
         raise NotImplementedError
 
+    def _init_fast(self, base: type) -> None:
+        """The fast path's state, empty; ``base`` is the scheduler's own class, whose hooks a
+        policy subclassing it may override (``DECLINED_HOOKS``)."""
+        self._run = self._memo = self._fast_plan = self._last_fast = None
+        self._finishing = []
+        self._sampled = []
+        self._fast_flight = deque()
+        self._in_sums = []
+        self._dropped = []
+        self._num_joined = 0
+        self.fast_path_declined = declined_by(type(self), base)
+
     # -- the fast path -----------------------------------------------------------------------
 
     def fast_step(self) -> StepPlan | None:
         """Plan the next step with the deferred decode group as ``num_deferred`` sequences
         (each decoding one token), if ``schedule()`` would plan exactly that and preempt
         nobody; else None (nothing changed), and the step must go through ``schedule()``."""
+        if self.async_scheduling:
+            return self._fast_step_async()
         if self._fast_plan is not None:  # the caller skipped finish_fast_step(): do it
             self.finish_fast_step()
         run = self._run
@@ -53,6 +101,18 @@ class FastSteps(DeferredDecodes):
             if not self._can_defer():
                 return None
             run = self._start_run()
+        plan = self._plan_fast(run, False)
+        if plan is None:
+            return None
+        t = run.steps = run.steps + 1
+        self._finishing = run.finish_at.pop(t, []) if run.num_seqs else []
+        self._fast_plan = plan
+        return plan
+
+    def _plan_fast(self, run: DecodeRun, asyn: bool) -> StepPlan | None:
+        """The plan of the group's next step (its members' blocks taken, the others' and the
+        admitted sequences' too), or None, with nothing changed, if ``schedule()`` would
+        plan another (the budget cuts the group, or a block is missing)."""
         m = run.num_seqs
         budget = self.max_num_batched_tokens - m
         if budget < 0:  # the budget cuts the group
@@ -65,25 +125,26 @@ class FastSteps(DeferredDecodes):
             return None
         plan = StepPlan([], [], [], 0, [])
         cap = self._cap()
-        if len(self._running) > m:
-            left = self._plan_others(plan, m, budget, cap, free)
+        span = m + len(self._dropped)  # async: members planned no more, not yet applied
+        if len(self._running) > span:
+            if asyn:
+                left = self._plan_others_async(plan, span, budget, cap, free)
+            else:
+                left = self._plan_others(plan, span, budget, cap, free)
             if left is None:  # a block is missing: preemption
                 return None
         else:
             left = budget
         if m:
-            self._grow_members(run, t, grow)
+            self._grow_members(run, t, grow, run.lag)
         if plan.seqs:
             self._grow_others(plan)
         if left > 0 and self.waiting:
             self._admit(plan, left, cap)
         if not m and not plan.seqs:  # nothing to do (schedule() would say why)
             return None
-        run.steps = t
-        self._finishing = run.finish_at.pop(t, []) if m else []
         plan.num_deferred = m
         plan.deferred_context = run.context_before(t)
-        self._fast_plan = plan
         return plan
 
     def _plan_others(self, plan: StepPlan, m: int, budget: int, cap: int, free: int) -> int | None:
@@ -132,6 +193,8 @@ class FastSteps(DeferredDecodes):
         """The ``update()`` of a step planned by ``fast_step()``: retire the members that
         sampled their last token and the others that finished (in plan order); the others
         that sampled join the group while they follow it in the running order."""
+        if self.async_scheduling:
+            return self._finish_async()
         plan = self._fast_plan
         if plan is None:
             return []

@@ -56,8 +56,23 @@ class Speculation:
         return bool(self._running or self.waiting or self._unreported)
 
     def _can_defer(self) -> bool:
-        # drafts and placeholders are per-sequence state the deferred group does not keep
-        return not self._special and super()._can_defer()  # type: ignore[misc]
+        # drafts are per-sequence state the deferred group does not keep (placeholders it
+        # does: fast_async.py)
+        return not self.num_speculative_tokens and super()._can_defer()  # type: ignore[misc]
+
+    def _wanted(self, seq: Sequence) -> int:
+        """Tokens running ``seq`` asks for in the next step with its drafts and placeholders
+        (before any cap or budget), or -1 if it is not planned: async, its step in flight
+        reaches ``max_tokens`` for sure; no token past ``_token_cap`` (the cache, or
+        ``max_model_len``). Phase 1 of ``schedule()`` and the fast path's both ask this."""
+        c, p = seq.num_computed, seq.placeholders
+        if p and c + 2 - p >= seq.prompt_len + seq.max_tokens:
+            return -1
+        n = seq.num_tokens - c + seq.spec_drafts + p
+        if c + n > self._token_cap:  # drafts cut at the cache or max_model_len
+            n = self._token_cap - c
+            return n if n > 0 else -1
+        return n
 
     def _take_drafts(self, seq: Sequence, n: int, c: int, plan: StepPlan) -> bool:
         """Record the drafts ``seq`` verifies in its ``n`` tokens and clear its proposal;

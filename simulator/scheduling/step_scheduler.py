@@ -122,9 +122,7 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         self._num_preemptions = self._num_added = 0
         self._known: set[Hashable] = set()
         self._plan: StepPlan | None = None
-        self._run = self._memo = self._fast_plan = None
-        self._finishing: list[Sequence] = []
-        self._sampled: list[Sequence] = []
+        self._init_fast(StepScheduler)
         self._loading: set[Sequence] = set()  # holding blocks while their KV loads from a tier
         self.swap: SwapSpace | None = None  # swap preemption's (``enable_swap``), or None
 
@@ -231,17 +229,11 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
             seq = running[i]
             c = seq.num_computed
             n = seq.num_tokens - c
-            if special:
-                p = seq.placeholders
-                if p and c + 2 - p >= seq.prompt_len + seq.max_tokens:
-                    i += 1  # async: the step in flight reaches max_tokens for sure
+            if special:  # drafts and placeholders (speculation.py)
+                n = self._wanted(seq)
+                if n < 0:
+                    i += 1
                     continue
-                n += seq.spec_drafts + p
-                if c + n > self._token_cap:  # drafts cut at the cache or max_model_len
-                    n = self._token_cap - c
-                    if n <= 0:
-                        i += 1
-                        continue
             if 0 < cap < n:
                 n = cap
             if n > budget:
@@ -346,6 +338,8 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
     def update(self) -> list[Sequence]:
         """Apply the last plan: advance KV, sample completed sequences, retire finished ones
         (in plan order, freeing their blocks tail first)."""
+        if self._fast_flight and self._fast_flight[0][0] is self._in_flight[0]:
+            return self._finish_async()  # async: planned by fast_step(), with its group
         plan = self._in_flight.popleft() if self._in_flight else self._plan
         if plan is None:
             raise RuntimeError("update() without a schedule()")

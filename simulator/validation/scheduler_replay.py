@@ -142,7 +142,7 @@ def replay(case: Case, policy: str, fast: bool = False) -> list[dict[str, Any]]:
         first = len(seq.output)
         return [EOS if eos_at[i] == p else OUT_TOKEN0 + i for p in range(first, first + k)]
 
-    many = sample_many if fast and case.kind == "plain" else None
+    many = sample_many if fast and case.kind in ("plain", "async") else None
     sched = make_replay_scheduler(case, policy, sample, many, script_acceptor(case))
     seqs = case_sequences(case)
     arrivals: dict[int, list[Sequence]] = {}
@@ -152,7 +152,7 @@ def replay(case: Case, policy: str, fast: bool = False) -> list[dict[str, Any]]:
     limit = last + 1 + 4 * sum(r.prompt_len + r.max_tokens for r in case.requests) * (1 + len(seqs))
     if case.kind.startswith("async"):
         assert isinstance(sched, StepScheduler)
-        return replay_calls(case.name, sched, arrivals, last, limit)
+        return replay_calls(case.name, sched, arrivals, last, limit, fast)
     steps = []
     for k in range(limit):
         for seq in arrivals.get(k, ()):

@@ -1,0 +1,121 @@
+"""Async scheduling on one server's clock (docs/scheduler.md, "Async scheduling").
+
+Step ``n + 1`` is planned when step ``n`` starts, before its tokens are known (vLLM's batch
+queue of two), and starts when step ``n`` ends, right after its ``update()``: a request
+arriving while step ``n`` runs is first seen by step ``n + 2``'s plan. With fast steps each
+step is planned by ``fast_step()`` where the scheduler can (timed from its sums), and the
+steps that end before the next arrival are taken back to back under one simpy timeout, as
+``fast_window.py`` takes its windows: only an arrival can change a plan, whoever reads the
+server after the window sees what a step-by-step run shows, and the tables are those of one
+simpy timeout per step (``fast_decode=False``; the tests compare the two).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import simpy
+
+from simulator.cost.interface import CostModel
+from simulator.engine.fast_window import plan_sums
+from simulator.engine.recorder import NO_MOVES, Recorder
+from simulator.scheduling.interface import Scheduler, StepPlan
+
+Planned = tuple[StepPlan, float, tuple[int, ...]]
+"""A step planned: its plan, its duration and its row's ``STEP_INT_FIELDS``."""
+
+
+class Ahead:
+    """The steps of one server whose scheduler plans ahead."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        scheduler: Scheduler,
+        cost_model: CostModel,
+        recorder: Recorder,
+        steps: tuple[Callable[[], Planned], Callable[[StepPlan, float, float], None]],
+        next_arrival: Callable[[], float] | None,
+    ) -> None:
+        self.env, self.scheduler, self.recorder = env, scheduler, recorder
+        self._time_sums = cost_model.time_sums
+        self._plan, self._apply = steps  # the server's plain plan, and applying any plan
+        self.next_arrival = next_arrival
+        """When the next submission can come (None: no fast steps, one timeout a step)."""
+        self.end = 0.0
+        """End of the step in flight (ahead of the clock while steps are taken at once)."""
+        self._next: Planned | None = None  # the step planned to run next, with its row
+        self._num_empty = 0  # empty steps in a row (a few are normal, many a bug)
+
+    def run(self) -> Generator[simpy.Event, Any, None]:
+        """Run the step planned last (or plan one now), plan the next one while it runs,
+        then apply it; with fast steps, every step that ends before the next arrival at once
+        (the clock then stops at the end of the last one applied, or of the one in flight)."""
+        env, fast = self.env, self.next_arrival
+        start = now = env.now  # the clock, and the start of the step taken
+        # each step's end is where a timeout from ``now`` lands (``now + duration``, as a
+        # step-by-step run has it); the clock stays at ``start`` while ``start + (end -
+        # start)`` lands exactly there too, and moves up first where it would not
+        while True:
+            plan, duration, ints = self._begin(now)
+            end = self.end = now + duration
+            final = fast is None or bool(plan.drafts) or end >= fast()
+            if start + (end - start) != end:
+                if start != now:
+                    yield env.timeout(now - start)  # lands exactly there, checked before
+                    start = now
+                if not final:
+                    yield env.timeout(duration)
+                    start = end
+            if final:
+                break
+            self._apply(plan, now, end)
+            now = end
+            if self._next is None:  # nothing planned: the server looks for work
+                yield env.timeout(now - start)
+                return
+        yield env.timeout(duration if start == now else end - start)
+        self._apply(plan, now, end)
+        if plan.drafts:  # as in ``Server._step``: the row waits for the drafts' fate
+            accepted = sum(plan.accepted.values())
+            self.recorder.record_step(now, duration, ints, NO_MOVES, accepted)
+
+    def _begin(self, now: float) -> Planned:
+        """Start the step planned last (or plan one now) at ``now``, recording its row, and
+        plan the next one if the scheduler has requests."""
+        sched, rec = self.scheduler, self.recorder
+        current, self._next = self._next, None
+        if current is None:
+            current = self._plan_ahead(now)
+        plan, duration, ints = current
+        if plan.num_admitted:
+            rec.record_admitted(plan, now)
+        if plan:  # an empty batch (all in flight, or nothing fits yet) runs nothing
+            if not plan.drafts:
+                rec.record_step(now, duration, ints)
+            self._num_empty = 0
+        else:
+            self._num_empty += 1
+            if self._num_empty > 4:  # two in flight, both empty, and then more: stuck
+                raise RuntimeError("async scheduler planned empty steps with work pending")
+        if sched.has_requests():  # type: ignore[attr-defined]
+            self._next = self._plan_ahead(now)
+        return current
+
+    def _plan_ahead(self, now: float) -> Planned:
+        """Plan a step by ``fast_step()`` if the scheduler can (the row from its sums), else
+        by ``schedule()`` (the deferred decode group's last tokens were sampled at ``now``,
+        the end of the last step applied)."""
+        sched = self.scheduler
+        if self.next_arrival is not None:
+            num_running, num_waiting = sched.num_running, sched.num_waiting
+            plan = sched.fast_step()
+            if plan is not None:
+                sums = plan_sums(plan)
+                n, decodes, tokens = sums[0], sums[1], sums[2]
+                ints = (n, tokens, tokens - decodes, decodes, sched.num_blocks_used)
+                rest = (num_running, num_waiting, 0, sched.num_cached_blocks)
+                return plan, self._time_sums(sums), (*ints, *rest)
+            self.recorder.end_decode_run(sched.decode_batch_ids(), now)  # type: ignore[arg-type]
+        return self._plan()
