@@ -69,9 +69,9 @@ class Server:
         self._wake: simpy.Event | None = None
         self._busy_until, self._drafts = 0.0, drafts
         plans_ahead = bool(getattr(scheduler, "async_scheduling", False))
-        spec = bool(getattr(scheduler, "num_speculative_tokens", 0))
+        self._swap_bandwidth = scheduler.swap_bandwidth  # swap copies, timed on their steps
+        spec = bool(getattr(scheduler, "num_speculative_tokens", 0)) or self._swap_bandwidth
         fast = fast_decode and cost_model.times_from_sums and not spec and not scheduler.moves_kv
-        fast &= scheduler.swap_bandwidth is None  # swapped requests resume in schedule()
         # Fast windows (when the cost model can time steps from sums; the results are
         # identical either way, the tests compare both), bounded by ``next_arrival``: when the
         # next submission can come. ``on_done`` is told ``(number, time)`` when requests
@@ -104,7 +104,6 @@ class Server:
         self._num_submitted, self._first_submit = 0, 0.0  # the horizon of a hold
         # KV loads from the tiers below the GPU's, one FIFO link per tier (``kv_loads.py``)
         self._loads = KVLoads(scheduler.kv_links()) if scheduler.moves_kv else None
-        self._swap_bandwidth = scheduler.swap_bandwidth  # swap copies, timed on their steps
 
     # -- what others may read ------------------------------------------------------------------
 

@@ -70,9 +70,10 @@ class Preemption:
         # phase 2): with swap preemption every step goes through schedule()
         return self.swap is None and super()._can_defer()  # type: ignore[misc]
 
-    def _preempt(self, seq: Sequence) -> None:
+    def _swap_or_recompute(self, seq: Sequence) -> None:
         """Preempt a running ``seq``: swap its KV out if there is a swap space with room for
-        it, else recompute (drop the KV, keep the output, back to the head of waiting)."""
+        it, else recompute (drop the KV, keep the output, back to the head of waiting); what
+        ``StepScheduler._preempt``, the hook, does."""
         self._running.remove(seq)
         swap = self.swap
         seq.status = SequenceStatus.WAITING

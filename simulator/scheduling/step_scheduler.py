@@ -275,6 +275,11 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
                 return False, refund, dropped
         return True, refund, dropped
 
+    def _preempt(self, seq: Sequence) -> None:
+        """Preempt a running ``seq`` (``Preemption._swap_or_recompute``): a hook, on the class
+        a policy subclasses, since compiled code calling a trait's method misses an override."""
+        self._swap_or_recompute(seq)
+
     def _victim(self) -> Sequence:
         if not self.priority:
             return self._running[-1]
