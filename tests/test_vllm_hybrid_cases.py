@@ -74,7 +74,10 @@ def walk(case: Case) -> dict[str, int]:
     outputs = dict.fromkeys(reqs, 0)
     done: set[str] = set()
     types = [g["type"] for g in c["kv_groups"]]
-    seen = {"shrinks": 0, "preemptions": 0, "hits": 0}
+    seen = {"shrinks": 0, "preemptions": 0, "hits": 0, "aligned_cuts": 0}
+    lpt = c["long_prefill_token_threshold"]
+    max_chunk = min(c["max_num_batched_tokens"], lpt) if lpt > 0 else c["max_num_batched_tokens"]
+    aligned_split = c.get("mamba_cache_mode") == "align" and bs <= max_chunk
     prev: dict[str, list[int]] = {}
     for t, st in enumerate(case["steps"]):
         assert 0 <= st["free_blocks"] <= nb, (case["case"], t)
@@ -88,6 +91,13 @@ def walk(case: Case) -> dict[str, int]:
         sched = dict(st["scheduled"])
         for rid, n in sched.items():
             assert rid not in done and reqs[rid]["arrival_step"] <= t and n > 0
+            if aligned_split:
+                # Mamba "align": a prefill chunk that does not end the prefill ends on a block
+                # boundary whenever a block fits in one chunk
+                prefill_end = reqs[rid]["prompt_len"] + max(0, outputs[rid] - 1)
+                if computed[rid] + n < prefill_end:
+                    assert (computed[rid] + n) % bs == 0, (case["case"], t, rid)
+                    seen["aligned_cuts"] += 1
             computed[rid] += n
         assert sum(sched.values()) <= c["max_num_batched_tokens"]
         assert len(sched) <= c["max_num_seqs"]
@@ -128,7 +138,7 @@ def test_hybrid_cases_are_well_formed(kind_cases: tuple[str, list[Case]]) -> Non
     kind, cases = kind_cases
     assert len(cases) >= 300
     assert len({c["case"] for c in cases}) == len(cases)
-    totals = {"shrinks": 0, "preemptions": 0, "hits": 0}
+    totals = {"shrinks": 0, "preemptions": 0, "hits": 0, "aligned_cuts": 0}
     for case in cases:
         assert case["vllm"] == "0.33.0" and case["kind"] == kind
         check_groups(case)
@@ -138,6 +148,8 @@ def test_hybrid_cases_are_well_formed(kind_cases: tuple[str, list[Case]]) -> Non
     assert totals["preemptions"] > 100 and totals["hits"] > 100
     if kind == "hybrid_swa":
         assert totals["shrinks"] > 1000
+    else:
+        assert totals["aligned_cuts"] > 1000
     pcs = {c["config"]["enable_prefix_caching"] for c in cases}
     assert pcs == {True, False}
 
