@@ -37,6 +37,9 @@ def test_list_presets_has_every_required_name_sorted() -> None:
     assert presets["hardware"] == [
         "a100-80gb",
         "b200",
+        "b300",
+        "gb200",
+        "gb300",
         "h100-sxm",
         "h200",
         "l4",
@@ -96,6 +99,12 @@ def test_hardware_presets_are_datasheet_figures() -> None:
     assert rtx.memory_bytes == 25_250_627_584
     pro = load_hardware("rtx-pro-6000")  # memory: 95.0 GiB as vLLM reports the card
     assert (pro.peak_flops, pro.hbm_bandwidth, pro.memory_bytes) == (503.8e12, 1.597e12, 95 * 2**30)
+    # the Blackwell presets of the kernel database's GPUs (per GPU: the system's figure / GPUs)
+    for name, peak, memory in (("b300", 2.25e15, 288e9), ("gb200", 2.5e15, 186e9)):
+        hw = load_hardware(name)
+        assert (hw.peak_flops, hw.hbm_bandwidth, hw.memory_bytes) == (peak, 8e12, memory)
+        assert hw.kernels_gpu and {"peak_flops", "hbm_bandwidth"} <= set(hw.sources)
+    assert load_hardware("gb300").kernels_gpu == "gb300"
 
 
 def test_derive_num_blocks_by_hand() -> None:

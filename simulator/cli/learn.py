@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--data {args.data}: not a folder")
     sources = load_sources(Path(args.sources) if args.sources else default_sources_path())
     known = {s.hardware for s in sources.sources} | {s.model for s in sources.sources}
+    known |= set(sources.kernels.gpus if sources.kernels else [])
     for name in args.exclude:
         if name not in known:
             raise InputError(f"--exclude {name}: no source of that preset (known: {sorted(known)})")

@@ -11,7 +11,13 @@ import numpy as np
 
 from simulator.cost.learn.allreduce import find, fit_allreduce
 from simulator.cost.learn.fit import fit
-from simulator.cost.learn.sources import ObservationSet, Sources, read_source, sha256
+from simulator.cost.learn.sources import (
+    ObservationSet,
+    Sources,
+    read_kernels,
+    read_source,
+    sha256,
+)
 from simulator.cost.learn.steps import group_errors
 from simulator.cost.physics_params import AllReduceFit, GpuFit, GroupError, PhysicsParams
 
@@ -32,6 +38,12 @@ def observations(
         sets += found
         files.update(read)
     fitted_on = [f"{f.relative_to(data)} sha256:{sha256(f)}" for f in sorted(files)]
+    if sources.kernels is not None:
+        gpus = [g for g in sources.kernels.gpus if g not in exclude]
+        for gpu in gpus:
+            sets += read_kernels(sources.kernels, gpu)
+        if gpus:
+            fitted_on.append(f"{sources.kernels.package}: {', '.join(gpus)}")
     return sets, fitted_on
 
 
@@ -77,7 +89,7 @@ def learn(
     result = fit(sets)
     ar, notes = allreduce_fit(sources, roots or [data], kept, exclude)
     params = PhysicsParams(
-        stack=sources.stack,
+        stack=sources.stack or "",
         fitted_on=fitted_on,
         allreduce=ar,
         excluded=[

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.cost import physics_terms as terms
 from simulator.cost.learn.allreduce import AllReduceSource
+from simulator.cost.learn.kernel_source import KernelDbSources, kernel_sets, load_gpu
 from simulator.cost.physics_terms import Array, Params, RankShape
 from simulator.cost.presets import (
     HardwareSpec,
@@ -25,6 +26,7 @@ from simulator.cost.presets import (
 )
 from simulator.cost.profiles.csvfile import read_columns
 from simulator.cost.profiles.vidur import read_vidur_mlp
+from simulator.errors import InputError
 
 _US = 1e-6
 VIDUR_WEIGHT = 0.15
@@ -67,14 +69,19 @@ class Sources(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    stack: str
-    """The serving stack the profiles measure."""
-    sources: list[Source] = Field(min_length=1)
+    stack: str | None = None
+    """The serving stack the profiles measure (from ``base`` when not given)."""
+    sources: list[Source] = Field(default_factory=list)
     """The profiles fitted."""
     allreduce: list[AllReduceSource] = Field(default_factory=list)
     """All-reduce profiles of NVLink GPUs (not in the project: read where present)."""
     excluded: list[str] = Field(default_factory=list)
     """Public measurements left out, each with its reason."""
+    kernels: KernelDbSources | None = None
+    """GPUs of NVIDIA's measured-kernel database read too (``learn/kernel_source.py``)."""
+    base: str | None = None
+    """Another sources file (beside this one) whose sources, all-reduce profiles and
+    exclusions are fitted too, ahead of this file's."""
 
 
 def default_sources_path() -> Path:
@@ -83,8 +90,25 @@ def default_sources_path() -> Path:
 
 
 def load_sources(path: Path) -> Sources:
-    """The training set described by ``path``."""
-    return load_yaml_model(path, Sources)
+    """The training set described by ``path`` (with its ``base`` file's, if it names one)."""
+    own = load_yaml_model(path, Sources)
+    if own.base is None:
+        if not own.sources and own.kernels is None:
+            raise InputError(f"{path}: sources: none given (and no kernels)")
+        if own.stack is None:
+            raise InputError(f"{path}: stack: not given (nor a base file giving it)")
+        return own
+    base = load_sources(path.parent / own.base)
+    return own.model_copy(
+        update={
+            "base": None,
+            "sources": [*base.sources, *own.sources],
+            "allreduce": [*base.allreduce, *own.allreduce],
+            "excluded": [*base.excluded, *own.excluded],
+            "kernels": own.kernels or base.kernels,
+            "stack": own.stack or base.stack,
+        }
+    )
 
 
 Predict = Callable[[Params, float, float], Array]
@@ -147,6 +171,16 @@ def read_source(src: Source, data: Path) -> tuple[list[ObservationSet], list[Pat
                 out.append(_moe(src, folder / "moe.csv", shape, hw))
                 files.append(folder / "moe.csv")
     return out, sorted(set(files))
+
+
+def read_kernels(cfg: KernelDbSources, hardware: str) -> list[ObservationSet]:
+    """The observation sets of one database GPU (``kernel_source.py``), on the stack priced."""
+    hw = load_gpu(hardware)
+    group = f"{hw.name}/kernels"
+    return [
+        ObservationSet(group, op, hw, measured, predict, cfg.weight * share)
+        for op, measured, predict, share in kernel_sets(cfg, hw)
+    ]
 
 
 def _gemm(k: int, n: int, m: Array, dt: int) -> Predict:
