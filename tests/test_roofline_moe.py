@@ -152,7 +152,8 @@ def test_every_hardware_preset_cites_each_value() -> None:
         for field in needed | given:
             assert len(hw.sources[field]) > 20, (name, field)
         assert any("https://" in s for s in hw.sources.values()), name
-        assert hw.cost_per_hour and hw.cost_source and "$" in hw.cost_source, name
+        if hw.cost_per_hour is not None:  # none checked (b300, gb200, gb300): search asks for one
+            assert hw.cost_source and "$" in hw.cost_source, name
         assert hw.interconnect, name
         # dense peaks: fp8 twice bf16, fp4 twice fp8, where the GPU has them
         if hw.peak_flops_fp8 is not None:
