@@ -111,6 +111,8 @@ def run_once(tree: Path, scenario_file: Path, out: Path) -> dict[str, float]:
     """One ``servesim run --no-plots`` process of the checkout at ``tree``."""
     env = child_env(tree)
     cmd = [sys.executable, "-m", "simulator", "run", str(scenario_file), "--out", str(out)]
+    if (tree / "simulator" / "explore" / "uncertainty.py").exists():
+        cmd += ["--uncertainty", "off"]  # one simulation a run, as before the model intervals
     with tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen(
