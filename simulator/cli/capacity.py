@@ -149,13 +149,14 @@ def _band_ends(args: argparse.Namespace, cfg: Any) -> list[Any]:
 def _model_interval(cfg: Any, found: SeededCapacity, ends: list[SeededCapacity]) -> dict:
     """capacity.json's ``model_interval``: the capacity at the band's ends (with the
     search's own), or why there is none."""
+    from simulator.cost.error_band import load_bands
     from simulator.explore.uncertainty import no_band, scenario_band
 
     band = scenario_band(cfg)
     if band is None:
         return no_band(cfg)
     values = [c.capacity for c in (found, *ends)]
-    head = {"level": no_band(cfg)["level"], "available": True, "cost_model": band[0]}
+    head = {"level": load_bands().level, "available": True, "cost_model": band[0]}
     head["step_time_error"] = [band[1].low, band[1].high]
     known = [v for v in values if v is not None]
     if len(known) < len(values):
@@ -166,9 +167,7 @@ def _model_interval(cfg: Any, found: SeededCapacity, ends: list[SeededCapacity])
 def _interval_line(interval: dict[str, Any], unit: str) -> str:
     """The capacity's model interval in one line."""
     level = f"{interval['level']:.0%}"
-    if not interval.get("available"):
-        return f"model: no {level} interval: {interval['reason']}"
-    if interval["low"] is None:
+    if not interval.get("available") or interval["low"] is None:
         return f"model: no {level} interval: {interval['reason']}"
     low, high = interval["step_time_error"]
     return (
