@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from simulator.registry import Registry
 from simulator.scheduling.interface import Scheduler
+from simulator.scheduling.kv_group import KVGroup
 from simulator.scheduling.offload_config import KVOffloadConfig
 from simulator.scheduling.step_scheduler import PRESETS, StepScheduler
 
@@ -92,6 +93,12 @@ class SchedulerConfig(BaseModel):
     swap_kv_bytes_per_token: int | None = Field(default=None, ge=1)
     """``swap`` only: KV bytes of one token over all layers and GPUs; omit to take it from the
     cost model's model preset (required with a cost model that names no model)."""
+
+    kv_groups: list[KVGroup] | None = None
+    """The KV-cache groups of a hybrid model (sliding-window, Mamba or linear-attention layers
+    beside full attention), grouped as vLLM groups them; omit to derive them from the cost
+    model's model (``config.json``). None: every layer keeps full KV, one group of
+    ``block_size`` (docs/hybrid-kv.md)."""
 
     kv_offload: KVOffloadConfig | None = None
     """KV tiers below the GPU's (a CPU tier; needs prefix caching): blocks the GPU computed
