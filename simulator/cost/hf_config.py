@@ -16,13 +16,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from simulator.cost.hf_hybrid import HYBRID, dsa_layout, hybrid_fields, layer_kinds
+from simulator.cost.layer_layout import LayerLayout
 from simulator.cost.model_spec import Dtype, ModelSpec
 from simulator.errors import InputError, reason_of
 
 __all__ = ["ARCHITECTURES", "read_hf_config"]
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3")
-MOE = ("qwen2_moe", "qwen3_moe", "mixtral", "phimoe", "deepseek_v2", "deepseek_v3")
+MOE = ("qwen2_moe", "qwen3_moe", "mixtral", "phimoe", "deepseek_v2", "deepseek_v3", "deepseek_v32")
+DEEPSEEK = ("deepseek_v2", "deepseek_v3", "deepseek_v32")
+TEXT_MODELS = {"qwen3_vl_text": "qwen3"}
+"""A multimodal model's language model (``text_config``) read as this family."""
 
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -35,13 +40,14 @@ ARCHITECTURES = {
     "PhiMoEForCausalLM": "phimoe",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
+    "DeepseekV32ForCausalLM": "deepseek_v32",
+    "GptOssForCausalLM": "gpt_oss",
+    "NemotronHForCausalLM": "nemotron_h",
 }
 """``architectures`` entry -> the ``model_type`` it is read as (when ``model_type`` is absent)."""
 
-_PRICED_LAYER_TYPES = ("full_attention",)
 
-
-class _Config:
+class HFConfig:
     """The raw mapping and its path, with typed, one-line-error getters."""
 
     def __init__(self, path: Path, raw: dict[str, Any]) -> None:
@@ -70,14 +76,19 @@ class _Config:
 def read_hf_config(path: str | Path) -> ModelSpec:
     """The shape a Hugging Face ``config.json`` describes; anything it cannot price ->
     ``InputError`` naming the file and the key."""
-    cfg = _Config(Path(path), _read_json(Path(path)))
+    cfg = HFConfig(Path(path), _text_model(_read_json(Path(path))))
     model_type = _model_type(cfg)
-    fields = _attention(cfg, model_type)
-    fields.update(_common(cfg))
+    if model_type in HYBRID:
+        fields = {"name": _name(cfg), "dtype_bytes": 2, **hybrid_fields(cfg, model_type)}
+    else:
+        fields = _attention(cfg, model_type)
+        fields.update(_common(cfg))
     if model_type in MOE:
         fields.update(_experts(cfg, model_type))
+    if model_type == "deepseek_v32":
+        fields["layers"] = dsa_layout(cfg, fields["num_layers"])
     fields["weight_dtype"] = _quantized_dtype(cfg)
-    fields["source"] = _source(cfg, model_type)
+    fields["source"] = _source(cfg, model_type, fields.get("layers") is not None)
     try:
         return ModelSpec(**fields)
     except ValidationError as err:
@@ -102,34 +113,49 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _model_type(cfg: _Config) -> str:
+def _text_model(raw: dict[str, Any]) -> dict[str, Any]:
+    """A multimodal config's language model (``text_config``; the vision tower keeps no KV
+    and is not priced), with the keys it inherits from the top level."""
+    text = raw.get("text_config")
+    if not isinstance(text, dict):
+        return raw
+    out = dict(text)
+    for key in ("quantization_config", "tie_word_embeddings", "_name_or_path"):
+        if key in raw and key not in out:
+            out[key] = raw[key]
+    return out
+
+
+def _model_type(cfg: HFConfig) -> str:
     """The family: ``model_type``, else the first ``architectures`` entry; unknown -> error."""
-    known = ", ".join((*DENSE, *MOE))
-    model_type = cfg.raw.get("model_type")
+    known = ", ".join((*DENSE, *MOE, *HYBRID, *TEXT_MODELS))
+    model_type = TEXT_MODELS.get(str(cfg.raw.get("model_type")), cfg.raw.get("model_type"))
     if model_type is None:
         archs = cfg.raw.get("architectures") or []
         first = archs[0] if isinstance(archs, list) and archs else None
         if first not in ARCHITECTURES:
             raise cfg.fail("architectures", f"{first!r} cannot be priced (known: {known})")
         return ARCHITECTURES[first]
-    if model_type not in (*DENSE, *MOE):
+    if model_type not in (*DENSE, *MOE, *HYBRID):
         raise cfg.fail("model_type", f"{model_type!r} cannot be priced (known: {known})")
     return str(model_type)
 
 
-def _common(cfg: _Config) -> dict[str, Any]:
+def _common(cfg: HFConfig) -> dict[str, Any]:
     """Fields every family shares: layers, widths, vocabulary, tying, activation dtype."""
-    layer_types = cfg.raw.get("layer_types")
-    if layer_types is not None:
-        other = sorted({str(t) for t in layer_types} - set(_PRICED_LAYER_TYPES))
-        if other:
-            raise cfg.fail("layer_types", f"{', '.join(other)} layers cannot be priced")
+    num_layers = cfg.integer("num_hidden_layers")
+    kinds = layer_kinds(cfg, num_layers)
+    layers = None
+    if kinds is not None and set(kinds) != {"full"}:  # e.g. Qwen2's sliding layers
+        window = cfg.optional("sliding_window") if "sliding" in kinds else None
+        layers = LayerLayout(kinds=kinds, sliding_window=window)
     tie = cfg.raw.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):
         raise cfg.fail("tie_word_embeddings", f"expected true or false, got {tie!r}")
     return {
         "name": _name(cfg),
-        "num_layers": cfg.integer("num_hidden_layers"),
+        "num_layers": num_layers,
+        "layers": layers,
         "hidden_size": cfg.integer("hidden_size"),
         "intermediate_size": cfg.integer("intermediate_size"),
         "vocab_size": cfg.integer("vocab_size"),
@@ -141,11 +167,11 @@ def _common(cfg: _Config) -> dict[str, Any]:
     }
 
 
-def _attention(cfg: _Config, model_type: str) -> dict[str, Any]:
+def _attention(cfg: HFConfig, model_type: str) -> dict[str, Any]:
     """Heads and head widths: GQA (``num_key_value_heads``, ``head_dim``) or DeepSeek's MLA."""
     heads = cfg.integer("num_attention_heads")
     kv_heads = cfg.integer("num_key_value_heads", heads)
-    if model_type in ("deepseek_v2", "deepseek_v3"):
+    if model_type in DEEPSEEK:
         rope = cfg.integer("qk_rope_head_dim", why="MLA's rotary key width")
         nope = cfg.integer("qk_nope_head_dim", why="MLA's non-rotary query/key width")
         return {
@@ -170,7 +196,7 @@ def _attention(cfg: _Config, model_type: str) -> dict[str, Any]:
     }
 
 
-def _experts(cfg: _Config, model_type: str) -> dict[str, Any]:
+def _experts(cfg: HFConfig, model_type: str) -> dict[str, Any]:
     """Routed and shared experts, and which layers have them, in the family's own keys."""
     top_k = cfg.integer("num_experts_per_tok", why="routed experts per token of an MoE model")
     if model_type in ("mixtral", "phimoe"):  # every layer MoE; intermediate_size is an expert's
@@ -180,7 +206,7 @@ def _experts(cfg: _Config, model_type: str) -> dict[str, Any]:
             "moe_intermediate_size": cfg.integer("intermediate_size"),
         }
     width = cfg.integer("moe_intermediate_size", why="width of one expert of an MoE model")
-    if model_type in ("deepseek_v2", "deepseek_v3"):
+    if model_type in DEEPSEEK:
         if cfg.integer("moe_layer_freq", 1) != 1:
             raise cfg.fail("moe_layer_freq", "only 1 (every layer after the dense ones) is priced")
         return {
@@ -203,13 +229,13 @@ def _experts(cfg: _Config, model_type: str) -> dict[str, Any]:
     return fields
 
 
-def _architecture(cfg: _Config) -> str | None:
+def _architecture(cfg: HFConfig) -> str | None:
     """The first ``architectures`` entry, if any."""
     archs = cfg.raw.get("architectures")
     return str(archs[0]) if isinstance(archs, list) and archs else None
 
 
-def _count(cfg: _Config, key: str) -> int:
+def _count(cfg: HFConfig, key: str) -> int:
     """A non-negative integer at ``key`` (0 when absent or null)."""
     value = cfg.raw.get(key)
     if value is None:
@@ -219,7 +245,7 @@ def _count(cfg: _Config, key: str) -> int:
     return value
 
 
-def _layer_list(cfg: _Config, key: str) -> tuple[int, ...]:
+def _layer_list(cfg: HFConfig, key: str) -> tuple[int, ...]:
     value = cfg.raw.get(key) or []
     if not isinstance(value, list) or not all(
         isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
@@ -228,7 +254,7 @@ def _layer_list(cfg: _Config, key: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _quantized_dtype(cfg: _Config) -> Dtype | None:
+def _quantized_dtype(cfg: HFConfig) -> Dtype | None:
     """Weight dtype of a quantized checkpoint (``quantization_config``); None if unquantized."""
     quant = cfg.raw.get("quantization_config")
     if quant is None:
@@ -254,7 +280,7 @@ def _quantized_dtype(cfg: _Config) -> Dtype | None:
     )
 
 
-def _compressed_tensors_dtype(cfg: _Config, quant: dict[str, Any]) -> Dtype:
+def _compressed_tensors_dtype(cfg: HFConfig, quant: dict[str, Any]) -> Dtype:
     """fp8 or fp4 from the weights of a compressed-tensors scheme (all groups must agree)."""
     groups = quant.get("config_groups") or {}
     found: set[tuple[Any, Any]] = set()
@@ -272,7 +298,7 @@ def _compressed_tensors_dtype(cfg: _Config, quant: dict[str, Any]) -> Dtype:
     )
 
 
-def _name(cfg: _Config) -> str:
+def _name(cfg: HFConfig) -> str:
     """``_name_or_path``'s last part, else the file's (or, for ``config.json``, its folder's)."""
     given = cfg.raw.get("_name_or_path")
     if isinstance(given, str) and given.strip("/"):
@@ -280,8 +306,8 @@ def _name(cfg: _Config) -> str:
     return cfg.path.parent.name if cfg.path.stem == "config" else cfg.path.stem
 
 
-def _source(cfg: _Config, model_type: str) -> str:
+def _source(cfg: HFConfig, model_type: str, layered: bool) -> str:
     window = cfg.raw.get("sliding_window")
-    sliding = cfg.raw.get("use_sliding_window", window is not None)
+    sliding = cfg.raw.get("use_sliding_window", window is not None) and not layered
     note = f"; sliding_window {window} not modelled (full attention)" if sliding and window else ""
     return f"Hugging Face config.json {cfg.path} (model_type {model_type}){note}"

@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.cost.dtypes import DTYPE_BYTES, Dtype, nbytes
 from simulator.cost.kv_heads import check_kv_split, replicated_kv_weight_bytes
+from simulator.cost.layer_layout import LayerLayout
+from simulator.cost.model_checks import check_shape
 from simulator.errors import InputError
 
 __all__ = ["DTYPE_BYTES", "Dtype", "ModelSpec"]
@@ -82,32 +84,13 @@ class ModelSpec(BaseModel):
     """MLA: non-rotary part of a query/key head."""
     v_head_dim: int | None = Field(default=None, gt=0)
     """MLA: width of one value head."""
+    layers: LayerLayout | None = None
+    """Layer kinds of a hybrid model (sliding, linear, Mamba2; DeepSeek-V3.2's indexer)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
-        # GQA groups query heads evenly over KV heads; anything else is a typo in the preset.
-        if self.num_heads % self.num_kv_heads != 0:
-            raise ValueError(
-                f"num_heads ({self.num_heads}) must be a multiple of "
-                f"num_kv_heads ({self.num_kv_heads})"
-            )
-        moe = (self.num_experts, self.num_experts_per_tok, self.moe_intermediate_size)
-        if any(v is not None for v in moe) and any(v is None for v in moe):
-            raise ValueError(
-                "an MoE model needs num_experts, num_experts_per_tok and moe_intermediate_size"
-            )
-        e, k = self.num_experts, self.num_experts_per_tok
-        if e is not None and k is not None and k > e:
-            raise ValueError(f"num_experts_per_tok ({k}) exceeds num_experts ({e})")
-        mla = (self.kv_lora_rank, self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim)
-        if any(v is not None for v in mla) and any(v is None for v in mla):
-            raise ValueError(
-                "MLA attention needs kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim and "
-                "v_head_dim"
-            )
+        check_shape(self)  # heads, experts, MLA and layer kinds agree
         return self
-
-    # -- kinds and element sizes -----------------------------------------------------------
 
     @property
     def is_moe(self) -> bool:
@@ -173,6 +156,16 @@ class ModelSpec(BaseModel):
         return h * (q_out + 2 * kv_out) + q_out * h
 
     @property
+    def mixer_params(self) -> int:
+        """Weights of all layers' token mixers (attention; per kind for a hybrid)."""
+        if self.layers is None:
+            return self.num_layers * self.attn_params_per_layer
+        if self.is_mla:  # MLA everywhere, plus DeepSeek-V3.2's indexer
+            index = self.layers.indexer_params(self.q_lora_rank or self.hidden_size, self.hidden_size)
+            return self.num_layers * (self.attn_params_per_layer + index)
+        return self.layers.total_mixer_params(self)
+
+    @property
     def _mlp_mats(self) -> int:
         return 3 if self.gated_mlp else 2
 
@@ -204,8 +197,7 @@ class ModelSpec(BaseModel):
 
     def _layer_params(self, routed_per_layer: int) -> int:
         """All layers' weights with ``routed_per_layer`` routed-expert weights per MoE layer."""
-        dense = self.num_layers * self.attn_params_per_layer
-        dense += self.num_dense_layers * self.mlp_params_per_layer
+        dense = self.mixer_params + self.num_dense_layers * self.mlp_params_per_layer
         moe = routed_per_layer + self.shared_expert_params_per_layer + self.router_params_per_layer
         return dense + self.num_moe_layers * moe
 
@@ -219,7 +211,7 @@ class ModelSpec(BaseModel):
         """Total weights: embeddings, all layers' attention and MLP or experts, and an untied LM
         head. Norm weights and biases are left out: they are < 0.1% of any preset here."""
         if not self.is_moe and not self.is_mla:  # the dense formula, kept term for term
-            layers = self.num_layers * (self.attn_params_per_layer + self.mlp_params_per_layer)
+            layers = self.mixer_params + self.num_layers * self.mlp_params_per_layer
         else:
             layers = self._layer_params((self.num_experts or 0) * self.expert_params)
         lm_head = 0 if self.tie_embeddings else self.embedding_params
@@ -240,7 +232,7 @@ class ModelSpec(BaseModel):
         """Weights that take part in a matmul per token: all layers' active weights plus the LM
         head. The embedding lookup is a gather, not a matmul; a tied LM head still is a matmul."""
         if not self.is_moe and not self.is_mla:
-            layers = self.num_layers * (self.attn_params_per_layer + self.mlp_params_per_layer)
+            layers = self.mixer_params + self.num_layers * self.mlp_params_per_layer
         else:
             layers = self._layer_params((self.num_experts_per_tok or 0) * self.expert_params)
         return layers + self.vocab_size * self.hidden_size
@@ -307,6 +299,8 @@ class ModelSpec(BaseModel):
     @property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token occupies across all layers."""
+        if self.layers is not None and not self.is_mla:
+            return round(self.layers.total_kv_bytes_per_token(self))
         if self.kv_dtype is None and self.kv_lora_rank is None:
             return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
         elements = self.num_layers * self.kv_elements_per_token_per_layer
@@ -317,6 +311,8 @@ class ModelSpec(BaseModel):
         when ``tp`` exceeds them (replicated, ``kv_heads``); MLA's latent whole on every GPU."""
         if self.is_mla:
             return float(self.kv_bytes_per_token)
+        if self.layers is not None:
+            return self.layers.total_kv_bytes_per_token(self, tp)
         return self.kv_bytes_per_token / min(tp, self.num_kv_heads)
 
     # -- FLOPs -----------------------------------------------------------------------------
@@ -330,6 +326,8 @@ class ModelSpec(BaseModel):
             assert self.qk_nope_head_dim and self.qk_rope_head_dim and self.v_head_dim
             width = self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim
             return 2.0 * self.num_layers * self.num_heads * width
+        if self.layers is not None:  # attention layers only, each at its head width
+            return self.layers.total_pair_flops(self)
         return 4.0 * self.num_layers * self.num_heads * self.head_dim
 
     @property
@@ -354,7 +352,7 @@ class ModelSpec(BaseModel):
         dense MLPs, routed experts (top-k), shared experts, routers, LM head."""
         n_moe, k = self.num_moe_layers, self.num_experts_per_tok or 0
         return {
-            "attention": 2.0 * self.num_layers * self.attn_params_per_layer,
+            "attention": 2.0 * self.mixer_params,
             "dense_mlp": 2.0 * self.num_dense_layers * self.mlp_params_per_layer,
             "routed_experts": 2.0 * n_moe * k * self.expert_params,
             "shared_experts": 2.0 * n_moe * self.shared_expert_params_per_layer,
