@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from simulator.cost.presets import activation_peak_bytes, load_hardware, load_model
 from simulator.errors import DoesNotFit, InputError, in_field
+from simulator.kv_groups_scenario import block_bytes
 
 if TYPE_CHECKING:
     from simulator.config import ScenarioConfig
@@ -99,7 +100,7 @@ def memory_budget(
     model = in_field(f"{where}model", lambda m: load_model(m, *dtypes), gpus.model)
     hw = in_field(f"{where}hardware", load_hardware, gpus.hardware)
     activations = activation_peak_bytes(model, tp, *sched.budgets())
-    kv = sched.num_blocks * sched.block_size * model.kv_bytes_per_token_per_gpu(tp)
+    kv = sched.num_blocks * block_bytes(sched, model, tp)  # a hybrid's: its groups' blocks
     return MemoryBudget(
         model=model.name,
         hardware=hw.name,
@@ -137,6 +138,8 @@ def check_max_model_len(sched: SchedulerConfig, prefix: str = "") -> None:
     """Refuse a cache that cannot hold one request of ``max_model_len`` tokens, as vLLM
     refuses to start (``DoesNotFit``, saying the longest that fits)."""
     limit, num_blocks = sched.max_model_len, sched.num_blocks
+    if sched.kv_groups is not None:  # checked over the groups' layers (kv_groups_scenario)
+        return
     if limit is None or num_blocks is None or -(-limit // sched.block_size) <= num_blocks:
         return
     raise DoesNotFit(

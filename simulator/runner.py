@@ -27,6 +27,7 @@ from simulator.feasibility import (
     check_nodes,
     check_scenario_memory,
 )
+from simulator.kv_groups_scenario import with_kv_groups
 from simulator.scheduling import SchedulerConfig, make_scheduler
 from simulator.version import __version__
 from simulator.workload import Workload, check_input_files, generate
@@ -50,6 +51,7 @@ def scheduler_for(sched: SchedulerConfig, cm: CostModelConfig, prefix: str = "")
         tokens, seqs = serve_budgets(hw, sched.max_num_batched_tokens, sched.max_num_seqs)
         sched = sched.model_copy(update={"max_num_batched_tokens": tokens, "max_num_seqs": seqs})
     check_budgets(sched, prefix, defaulted)
+    sched = with_kv_groups(sched, cm, prefix)  # a hybrid model's groups and their blocks
     if sched.num_blocks is None:
         sched = sched.model_copy(update={"num_blocks": num_blocks_for(sched, cm, prefix)})
     check_max_model_len(sched, prefix)

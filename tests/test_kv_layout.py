@@ -150,7 +150,10 @@ def test_deepseek_v32_packs_its_indexer(kv_dtype: str | None, mla_bytes: int) ->
     model = read_hf_config(MODELS / "DeepSeek-V3.2.json").with_dtypes(None, kv_dtype)  # type: ignore[arg-type]
     for tp in (1, 8):  # the latent is not split over TP
         layout = derive_layout(
-            layer_caches(model, tp), backend=FLASHMLA_SPARSE, prefix_caching=True, max_model_len=8192
+            layer_caches(model, tp),
+            backend=FLASHMLA_SPARSE,
+            prefix_caching=True,
+            max_model_len=8192,
         )
         assert [(g.kind, g.num_layers, g.block_size) for g in layout.groups] == [("full", 61, 64)]
         assert layout.bytes_per_block == 61 * 64 * (mla_bytes + 132)

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from simulator.cost.hf_hybrid import HYBRID, dsa_layout, hybrid_fields, layer_kinds
+from simulator.cost.hf_hybrid import HYBRID, dsa_layout, hybrid_fields, layer_kinds, windowed
 from simulator.cost.layer_layout import LayerLayout
 from simulator.cost.model_spec import Dtype, ModelSpec
 from simulator.errors import InputError, reason_of
@@ -146,9 +146,11 @@ def _common(cfg: HFConfig) -> dict[str, Any]:
     num_layers = cfg.integer("num_hidden_layers")
     kinds = layer_kinds(cfg, num_layers)
     layers = None
-    if kinds is not None and set(kinds) != {"full"}:  # e.g. Qwen2's sliding layers
-        window = cfg.optional("sliding_window") if "sliding" in kinds else None
-        layers = LayerLayout(kinds=kinds, sliding_window=window)
+    if kinds is not None:  # e.g. Qwen2's sliding layers
+        kinds, window = windowed(kinds, cfg.optional("sliding_window"))
+        if set(kinds) != {"full"}:
+            window = window if "sliding" in kinds else None
+            layers = LayerLayout(kinds=kinds, sliding_window=window)
     tie = cfg.raw.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):
         raise cfg.fail("tie_word_embeddings", f"expected true or false, got {tie!r}")

@@ -2,7 +2,8 @@
 ``config.json``: gpt-oss (sliding window on every other layer, attention sinks, MoE), Gemma 4
 (5 sliding : 1 global, other head shapes on the global layers, a dense MLP beside the
 experts), Qwen3.5-MoE (Gated DeltaNet on 3 of 4 layers), Nemotron-H (Mamba2 layers,
-``hybrid_override_pattern``) and DeepSeek-V3.2 (MLA with a lightning indexer, ``index_topk``: ``dsa_layout``).
+``hybrid_override_pattern``) and DeepSeek-V3.2 (MLA with a lightning indexer,
+``index_topk``: ``dsa_layout``).
 
 Each family's keys are read as its ``transformers`` / vLLM configuration reads them (field by
 field: ``docs/hybrid-kv.md``). A layer kind servesim cannot hold is refused in one line naming
@@ -16,7 +17,7 @@ from typing import Any, Protocol
 from simulator.cost.layer_layout import LayerKind, LayerLayout
 from simulator.errors import InputError
 
-__all__ = ["HYBRID", "dsa_layout", "hybrid_fields", "layer_kinds"]
+__all__ = ["HYBRID", "dsa_layout", "hybrid_fields", "layer_kinds", "windowed"]
 
 HYBRID = ("gpt_oss", "gemma4_text", "qwen3_5_moe_text", "nemotron_h")
 """``model_type`` values (of the text model) read here; ``deepseek_v32`` is read as
@@ -31,6 +32,7 @@ class HFConfig(Protocol):
     def fail(self, key: str, why: str) -> InputError: ...
     def integer(self, key: str, default: int | None = None, *, why: str = "") -> int: ...
     def optional(self, key: str) -> int | None: ...
+
 
 LAYER_TYPES: dict[str, LayerKind] = {
     "full_attention": "full",
@@ -78,9 +80,19 @@ def hybrid_fields(cfg: HFConfig, model_type: str) -> dict[str, Any]:
 
 
 def _window(cfg: HFConfig, kinds: tuple[LayerKind, ...]) -> int | None:
-    return cfg.integer("sliding_window", why="the sliding layers' window") if (
-        "sliding" in kinds
-    ) else None
+    if "sliding" not in kinds:
+        return None
+    return cfg.integer("sliding_window", why="the sliding layers' window")
+
+
+def windowed(
+    kinds: tuple[LayerKind, ...], window: int | None
+) -> tuple[tuple[LayerKind, ...], int | None]:
+    """Sliding layers without a window (``sliding_window`` null or absent) attend to every
+    token, as ``transformers`` and vLLM run them: full layers."""
+    if window is None:
+        kinds = tuple("full" if k == "sliding" else k for k in kinds)
+    return kinds, window
 
 
 def _kinds(cfg: HFConfig, num_layers: int) -> tuple[LayerKind, ...]:
@@ -94,11 +106,11 @@ def _gpt_oss(cfg: HFConfig) -> dict[str, Any]:
     """gpt-oss: alternating sliding (128) and full layers, sinks, top-4 of 32/128 experts
     whose width is ``intermediate_size``."""
     n = cfg.integer("num_hidden_layers")
-    kinds = _kinds(cfg, n)
+    kinds, window = windowed(_kinds(cfg, n), cfg.optional("sliding_window"))
     width = cfg.integer("intermediate_size")
     layout = LayerLayout(
         kinds=kinds,
-        sliding_window=_window(cfg, kinds),
+        sliding_window=window,
         attention_sinks=True,
         max_position_embeddings=cfg.optional("max_position_embeddings"),
     )
@@ -153,10 +165,13 @@ def _qwen3_5(cfg: HFConfig) -> dict[str, Any]:
     """Qwen3.5-MoE: Gated DeltaNet layers with a full-attention layer every
     ``full_attention_interval``; every layer MoE with one shared expert."""
     n = cfg.integer("num_hidden_layers")
-    kinds = layer_kinds(cfg, n)
-    if kinds is None:
+    listed = layer_kinds(cfg, n)
+    if listed is None:
         every = cfg.integer("full_attention_interval", why="which layers are full attention")
-        kinds = tuple("full" if (i + 1) % every == 0 else "linear" for i in range(n))
+        full: LayerKind = "full"
+        linear: LayerKind = "linear"
+        listed = tuple(full if (i + 1) % every == 0 else linear for i in range(n))
+    kinds: tuple[LayerKind, ...] = listed
     ssm = str(cfg.raw.get("mamba_ssm_dtype", "float32"))
     if ssm not in ("float32", "bfloat16", "float16"):
         raise cfg.fail("mamba_ssm_dtype", f"{ssm!r} is not a state dtype servesim holds")
@@ -233,8 +248,9 @@ def _nemotron_h(cfg: HFConfig) -> dict[str, Any]:
 def dsa_layout(cfg: HFConfig, num_layers: int) -> LayerLayout:
     """DeepSeek-V3.2's layers: DeepSeek-V3's MLA, plus a lightning indexer per layer whose top
     ``index_topk`` tokens are all the attention reads."""
+    full: LayerKind = "full"
     return LayerLayout(
-        kinds=("full",) * num_layers,
+        kinds=(full,) * num_layers,
         index_topk=cfg.integer("index_topk"),
         index_n_heads=cfg.integer("index_n_heads"),
         index_head_dim=cfg.integer("index_head_dim"),

@@ -105,6 +105,22 @@ class KVLayout:
         """Blocks ``memory_bytes`` of KV memory holds (vLLM: ``memory // bytes_per_block``)."""
         return int(memory_bytes // self.bytes_per_block)
 
+    def blocks_held(self, tokens: int) -> int:
+        """Blocks of the pool one request of ``tokens`` computed tokens holds once its
+        prefill is done: every block of a full group, the window's (plus the block it
+        starts in) of a sliding group, one state (``none``) or two (``align``) of a Mamba
+        group."""
+        total = 0
+        for g in self.groups:
+            whole = -(-tokens // g.block_size)
+            if g.kind == "mamba":
+                total += 1 if g.mamba_mode == "none" else min(2, whole)
+            elif g.kind == "full":
+                total += whole
+            else:
+                total += min(whole, -(-((g.window or 1) - 1) // g.block_size) + 1)
+        return total
+
     def request_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """Bytes one request of ``max_model_len`` tokens may need, summed over layers (vLLM's
         start-up check ``max_memory_usage_bytes``): every block of a full layer; the window
@@ -226,7 +242,9 @@ def layer_caches(model: ModelSpec, tp: int) -> list[LayerCache]:
         latent = model.kv_lora_rank + model.qk_rope_head_dim
         per_token = round(latent * float(model.kv_dtype_bytes))
         if lay is not None and lay.index_topk and model.kv_dtype == "fp8":
-            per_token = model.kv_lora_rank + model.kv_lora_rank // 128 * 4 + 2 * model.qk_rope_head_dim
+            per_token = (
+                model.kv_lora_rank + model.kv_lora_rank // 128 * 4 + 2 * model.qk_rope_head_dim
+            )
         packed = lay.indexer_bytes_per_token if lay is not None else 0
         return [LayerCache("full", per_token + packed)] * model.num_layers
     if lay is None:

@@ -11,8 +11,7 @@ def check_shape(m: Any) -> None:
     # GQA groups query heads evenly over KV heads; anything else is a typo in the preset.
     if m.num_heads % m.num_kv_heads != 0:
         raise ValueError(
-            f"num_heads ({m.num_heads}) must be a multiple of "
-            f"num_kv_heads ({m.num_kv_heads})"
+            f"num_heads ({m.num_heads}) must be a multiple of num_kv_heads ({m.num_kv_heads})"
         )
     moe = (m.num_experts, m.num_experts_per_tok, m.moe_intermediate_size)
     if any(v is not None for v in moe) and any(v is None for v in moe):
@@ -25,8 +24,7 @@ def check_shape(m: Any) -> None:
     mla = (m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim)
     if any(v is not None for v in mla) and any(v is None for v in mla):
         raise ValueError(
-            "MLA attention needs kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim and "
-            "v_head_dim"
+            "MLA attention needs kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim and v_head_dim"
         )
     if m.layers is not None and len(m.layers.kinds) != m.num_layers:
         raise ValueError(f"layers: {len(m.layers.kinds)} kinds for {m.num_layers}")

@@ -161,7 +161,9 @@ class ModelSpec(BaseModel):
         if self.layers is None:
             return self.num_layers * self.attn_params_per_layer
         if self.is_mla:  # MLA everywhere, plus DeepSeek-V3.2's indexer
-            index = self.layers.indexer_params(self.q_lora_rank or self.hidden_size, self.hidden_size)
+            index = self.layers.indexer_params(
+                self.q_lora_rank or self.hidden_size, self.hidden_size
+            )
             return self.num_layers * (self.attn_params_per_layer + index)
         return self.layers.total_mixer_params(self)
 

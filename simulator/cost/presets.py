@@ -201,11 +201,13 @@ def derive_num_blocks(
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
     ep: int | None = None,
+    block_bytes: float | None = None,
 ) -> int:
     """KV-cache blocks that fit after the weights and the activation peak, as vLLM sizes its
     cache: per GPU, ``gpu_memory_utilization`` x memory - the weights' shard - the activation
     peak of a ``max_num_batched_tokens`` step (``activation_peak_bytes``, when both budgets
-    are given), divided by a block's bytes on one GPU (its share of the KV heads).
+    are given), divided by a block's bytes on one GPU (its share of the KV heads; a hybrid
+    model's ``block_bytes``: one page of every layer of its largest group, ``kv_layout``).
 
     Weights and KV heads are both sharded over the ``tp`` GPUs (routed experts over ``ep``,
     default ``tp``: ``ModelSpec.weight_bytes_per_gpu``); when ``tp`` exceeds the KV heads
@@ -222,9 +224,9 @@ def derive_num_blocks(
         activations = activation_peak_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
     weights = model.weight_bytes_per_gpu(tp, ep)
     usable = hw.memory_bytes * gpu_memory_utilization
-    blocks = math.floor(
-        (usable - weights - activations) / (model.kv_bytes_per_token_per_gpu(tp) * block_size)
-    )
+    if block_bytes is None:
+        block_bytes = model.kv_bytes_per_token_per_gpu(tp) * block_size
+    blocks = math.floor((usable - weights - activations) / block_bytes)
     if blocks <= 0:
         step = f"a step of {max_num_batched_tokens} tokens" if activations else "a step"
         raise DoesNotFit(

@@ -274,8 +274,12 @@ class RooflineCostModel(CostModel):
 def matmul_peak(model: ModelSpec, hw: HardwareSpec, field: str = "") -> float:
     """The GPU's dense peak FLOP/s for the model's matmuls: at its weight dtype when one is
     set (fp8 weights run fp8 GEMMs), else bf16; a dtype the GPU lacks -> ``InputError`` naming
-    ``field`` (default: the model's)."""
+    ``field`` (default: the model's). A checkpoint's own fp4 (gpt-oss's MXFP4) on a GPU
+    without fp4 tensor cores runs weight-only at the bf16 peak, as vLLM's Marlin path on
+    Hopper does; fp4 asked for by ``field`` there is refused."""
     if model.weight_dtype is None:
+        return hw.peak_flops
+    if model.weight_dtype == "fp4" and not field and hw.peak_flops_fp4 is None:
         return hw.peak_flops
     try:
         return hw.peak_flops_for(model.weight_dtype)
