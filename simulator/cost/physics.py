@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from simulator.cost.all_to_all import all_to_all_time
 from simulator.cost.batch import Batch, StepSums
 from simulator.cost.dtypes import Dtype
+from simulator.cost.hybrid_terms import HybridTerms, effective_sums
 from simulator.cost.interface import CostModel
 from simulator.cost.network import NetworkConfig, cross_node_allreduce
 from simulator.cost.physics_params import PhysicsParams
@@ -111,6 +112,14 @@ class PhysicsCostModel(CostModel):
             counts, shape, self._flops, self._bw, p, hw.hbm_bandwidth
         ).tolist()
         self._attention_constants()
+        self._hybrid = HybridTerms.of(model, cfg.tp)  # windowed, indexer and state layers
+        if self._hybrid is not None:
+            self.times_from_sums = False
+            base = model.num_layers * shape.prefill_flops_per_pair
+            self._h_flops = model.attention_flops_per_pair / cfg.tp / base
+            self._h_kv = model.kv_bytes_per_token_per_gpu(cfg.tp) / (
+                model.num_layers * shape.kv_bytes_per_token
+            )
 
     def _token_terms(self, counts: np.ndarray) -> np.ndarray:
         """Seconds of the token-parallel operators at each token count (no link time)."""
@@ -181,6 +190,8 @@ class PhysicsCostModel(CostModel):
         """Seconds the step takes."""
         if not batch.new_tokens:
             return 0.0
+        if self._hybrid is not None:
+            return self.time_sums(effective_sums(self._hybrid, batch, self._h_flops, self._h_kv))
         return self.time_sums(StepSums.of(batch))
 
     def allreduce_time(self, num_tokens: int) -> float:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from simulator.cost.all_to_all import allgather_reducescatter_time
 from simulator.cost.batch import Batch, StepSums
 from simulator.cost.decode_times import roofline_decodes
+from simulator.cost.hybrid_terms import HybridTerms
 from simulator.cost.interface import CostModel
 from simulator.cost.kv_heads import replicated_kv_weight_bytes
 from simulator.cost.network import NetworkConfig, cross_node_allreduce
@@ -103,6 +104,10 @@ class RooflineCostModel(CostModel):
         self._comm_per_token += cross_per_token
         # the plain dense step, or one with the MoE/MLA terms
         self._plain = self._moe is None and not model.is_mla
+        # a hybrid's windowed, indexer and state layers: effective sums from each sequence
+        self._hybrid = HybridTerms.of(model, tp)
+        if self._hybrid is not None:
+            self._plain, self.times_from_sums = False, False
         self._ep = self._expert_parallel(cfg, model, hw)
         self._dp = max(1, cfg.expert_parallel // tp)
 
@@ -145,7 +150,7 @@ class RooflineCostModel(CostModel):
         return self._ep_time(tokens_across_dp[rank], ctx, pairs, decode_pairs, tokens_across_dp)
 
     def _ep_time(
-        self, tokens: int, ctx: int, pairs: int, decode_pairs: int, chunks: Sequence[int]
+        self, tokens: int, ctx: float, pairs: float, decode_pairs: float, chunks: Sequence[int]
     ) -> float:
         """``_time`` under expert parallelism, rank ``i`` running ``chunks[i]`` tokens."""
         assert self._ep is not None
@@ -171,10 +176,13 @@ class RooflineCostModel(CostModel):
             t += m.num_moe_layers * exchange
         return t + self._overhead
 
-    def _sums(self, batch: Batch) -> tuple[int, int, int, int]:
+    def _sums(self, batch: Batch) -> tuple[int, float, float, float]:
         """(new tokens, context tokens, causal query-key pairs, those of decodes) of the
-        batch (the last only for MLA, whose decode pairs cost more)."""
+        batch (the last only for MLA, whose decode pairs cost more); a hybrid's effective
+        context and pairs (``HybridTerms.effective``)."""
         new, ctx = batch.new_tokens, batch.context_lens
+        if self._hybrid is not None:
+            return (sum(new), *self._hybrid.effective(batch))
         decode_pairs = 0
         if self._decode_extra_flops:
             decode_pairs = sum(c + 1 for n, c in zip(new, ctx, strict=True) if n == 1)
@@ -229,7 +237,7 @@ class RooflineCostModel(CostModel):
         tail = (fixed, per_token, overhead)
         return roofline_decodes(pairs, mm, attn, weights, kv, compute, memory, tail, memory_bound)
 
-    def _time(self, tokens: int, ctx: int, pairs: int, decode_pairs: int = 0) -> float:
+    def _time(self, tokens: int, ctx: float, pairs: float, decode_pairs: float = 0) -> float:
         flops = self._mm_flops_per_token * tokens + self._attn_flops_per_pair * pairs
         nbytes = self._weight_bytes + self._kv_bytes_per_token * (ctx + tokens)
         if not self._plain:
