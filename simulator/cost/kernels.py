@@ -36,6 +36,7 @@ from simulator.cost.dtypes import Dtype
 from simulator.cost.interface import CostModel
 from simulator.cost.kernel_attention import AttentionRows
 from simulator.cost.kernel_db import KernelDatabase
+from simulator.cost.kernel_hybrid import refuse_hybrid
 from simulator.cost.kernel_layers import (
     ModelKernels,
     launch_gaps,
@@ -104,6 +105,7 @@ class KernelsCostModel(CostModel):
 
     def __init__(self, cfg: KernelsCostConfig, model: ModelSpec, hw: HardwareSpec) -> None:
         """Open the GPU's tables and tabulate the token, sequence and attention terms."""
+        refuse_hybrid(model)  # windowed, linear, Mamba, sparse layers: not read yet
         model = model.deployed(cfg.tp, cfg.weight_dtype, cfg.kv_dtype)
         self.cfg, self.model, self.hw = cfg, model, hw
         self.db = KernelDatabase.open(hw.kernels_gpu, cfg.vllm_version, hw.name)
