@@ -100,6 +100,9 @@ class KVLayout:
     bytes_per_block: int
     scheduler_block_size: int
     hash_block_size: int
+    mamba_mode: Literal["none", "align"] = "none"
+    """How the state layers keep states: one per request (``none``) or at block boundaries
+    (``align``, prefix caching on)."""
 
     def num_blocks(self, memory_bytes: float) -> int:
         """Blocks ``memory_bytes`` of KV memory holds (vLLM: ``memory // bytes_per_block``)."""
@@ -129,7 +132,7 @@ class KVLayout:
         total = 0
         for cache, block, page in self.layers:
             if cache.kind == "mamba":
-                total += page * (2 if block < max_model_len else 1)
+                total += page * (2 if self.mamba_mode == "align" else 1)
             elif cache.kind == "full":
                 total += -(-max_model_len // block) * page
             else:
@@ -180,6 +183,7 @@ def derive_layout(
         bytes_per_block=max(g.num_layers * g.page_bytes for g in groups),
         scheduler_block_size=scheduler,
         hash_block_size=math.gcd(*sizes) if cacheable else scheduler,
+        mamba_mode=mode,
     )
 
 
