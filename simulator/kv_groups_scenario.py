@@ -31,6 +31,7 @@ def kv_layout_for(sched: SchedulerConfig, model: ModelSpec, tp: int) -> KVLayout
     layers = model.layers
     assert layers is not None
     backend = FLASHMLA_SPARSE if layers.index_topk else FLASH_ATTENTION
+    # no context length in the config: a Mamba group in mode "none" is still one block a request
     limit = sched.max_model_len or layers.max_position_embeddings or 131072
     return derive_layout(
         layer_caches(model, tp),

@@ -238,3 +238,27 @@ def test_each_model_runs_from_its_config(tmp_path: Path, name: str, hardware: st
         # blocks of the configured size: every request fits; Mamba hybrids' blocks of ~4k
         # tokens need the KV manager that runs the groups (branch hyb) to hold them all
         assert summary["num_finished"] == 30
+
+
+def test_layer_types_of_a_dense_family_are_held(tmp_path: Path) -> None:
+    """Qwen2-style ``layer_types``: sliding layers held with their window; a null window
+    makes them full attention (no layer kinds at all)."""
+    raw = {
+        "model_type": "qwen2",
+        "num_hidden_layers": 4,
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "vocab_size": 32000,
+        "max_position_embeddings": 32768,
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+        "sliding_window": 4096,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    model = read_hf_config(path)
+    assert model.layers is not None and model.layers.kinds == ("sliding", "full") * 2
+    assert model.layers.sliding_window == 4096
+    path.write_text(json.dumps({**raw, "sliding_window": None}))
+    assert read_hf_config(path).layers is None

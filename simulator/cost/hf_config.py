@@ -150,7 +150,10 @@ def _common(cfg: HFConfig) -> dict[str, Any]:
         kinds, window = windowed(kinds, cfg.optional("sliding_window"))
         if set(kinds) != {"full"}:
             window = window if "sliding" in kinds else None
-            layers = LayerLayout(kinds=kinds, sliding_window=window)
+            context = cfg.optional("max_position_embeddings")
+            layers = LayerLayout(
+                kinds=kinds, sliding_window=window, max_position_embeddings=context
+            )
     tie = cfg.raw.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):
         raise cfg.fail("tie_word_embeddings", f"expected true or false, got {tie!r}")
