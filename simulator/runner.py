@@ -27,6 +27,7 @@ from simulator.feasibility import (
     check_nodes,
     check_scenario_memory,
 )
+from simulator.mm_scenario import encoder_cost
 from simulator.scheduling import SchedulerConfig, make_scheduler
 from simulator.version import __version__
 from simulator.workload import Workload, check_input_files, generate
@@ -118,6 +119,10 @@ def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioC
         from simulator.swap_scenario import resolve_swap
 
         cfg = resolve_swap(cfg)  # its KV bytes and host link, its memory checked
+    if cfg.workload.multimodal is not None:
+        from simulator.mm_scenario import resolve_multimodal
+
+        cfg = resolve_multimodal(cfg)  # its images' tokens, encoder budget and cache
     check_scenario_memory(cfg)  # a given num_blocks may not fit beside the weights
     return cfg
 
@@ -204,6 +209,7 @@ def run(
             step_sink=make_sink(steps, steps_path),
             serving=cfg.serving,
             stop=stop,
+            encoder_cost=encoder_cost(cfg),
             **speculation_of(cfg),
         )
         result = sim.run()

@@ -70,7 +70,7 @@ class _Config:
 def read_hf_config(path: str | Path) -> ModelSpec:
     """The shape a Hugging Face ``config.json`` describes; anything it cannot price ->
     ``InputError`` naming the file and the key."""
-    cfg = _Config(Path(path), _read_json(Path(path)))
+    cfg = _Config(Path(path), _language_model(_read_json(Path(path))))
     model_type = _model_type(cfg)
     fields = _attention(cfg, model_type)
     fields.update(_common(cfg))
@@ -100,6 +100,24 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object of config keys")
     return data
+
+
+def _language_model(raw: dict[str, Any]) -> dict[str, Any]:
+    """A vision-language model's language model (its ``text_config``, read as its text
+    family; the vision encoder is ``cost/vision_encoder.py``'s), else ``raw`` itself."""
+    text = raw.get("text_config")
+    if not isinstance(text, dict) or "vision_config" not in raw:
+        return raw
+    outer = {k: v for k, v in raw.items() if k not in ("architectures", "model_type")}
+    merged = {**outer, **text}
+    del merged["text_config"], merged["vision_config"]
+    kind = text.get("model_type")
+    merged["model_type"] = VISION_TEXT_TYPES.get(kind, kind) if isinstance(kind, str) else kind
+    return merged
+
+
+VISION_TEXT_TYPES = {"qwen3_vl_text": "qwen3", "qwen2_5_vl_text": "qwen2", "qwen2_vl_text": "qwen2"}
+"""A vision-language model's ``text_config.model_type`` -> the text family it is read as."""
 
 
 def _model_type(cfg: _Config) -> str:

@@ -113,7 +113,6 @@ class EncoderInputs:
         for i in items:
             _, length, content = mm[i]
             self.cache.allocate(content, length, seq, i)
-            seq.mm_encoded[i] += 1
         for i in self._duplicates:
             self.cache.check_and_update(mm[i][2], seq, i)
         self._step[seq] = items
@@ -147,7 +146,6 @@ class EncoderInputs:
             self.cache.release(seq.mm_items[i][2], seq, i)
         for i in self._step.pop(seq, ()):  # a victim planned in this step: not encoded after all
             self.budget += seq.mm_items[i][1]  # (its cache room stays taken, as in vLLM)
-            seq.mm_encoded[i] -= 1
         if preempted:
             self.pending.add(seq)
         else:

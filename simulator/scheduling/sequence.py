@@ -49,7 +49,6 @@ class Sequence:
         "stale",
         "mm_items",
         "mm_end",
-        "mm_encoded",
     )
 
     def __init__(
@@ -110,8 +109,6 @@ class Sequence:
         """The prompt's multimodal items, in prompt order (``MMItem``; () for text)."""
         self.mm_end = mm_items[-1][0] + mm_items[-1][1] if mm_items else 0
         """Where the last item ends (0: no items): past it no encoder work is left."""
-        self.mm_encoded: list[int] = [0] * len(mm_items)
-        """Times each item was encoded for it (0: its output came from the encoder cache)."""
 
     @property
     def num_output(self) -> int:
