@@ -209,9 +209,9 @@ def run(
             step_sink=make_sink(steps, steps_path),
             serving=cfg.serving,
             stop=stop,
-            encoder_cost=encoder_cost(cfg),
             **speculation_of(cfg),
         )
+        sim.price_encoder(encoder_cost(cfg))
         result = sim.run()
     return _finish(result, cfg, workload, started)
 

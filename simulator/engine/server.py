@@ -45,6 +45,9 @@ from simulator.scheduling.sequence import Sequence
 class Server:
     """A scheduler and a cost model stepping on ``env``, recording into ``recorder``."""
 
+    encoder: EncoderCost | None = None
+    """The vision encoder's time on the steps that encode images (None: none is priced)."""
+
     def __init__(
         self,
         env: simpy.Environment,
@@ -59,7 +62,6 @@ class Server:
         retire: Retire | None = None,
         drafts: DraftCost | None = None,
         holds: bool = False,
-        encoder: EncoderCost | None = None,
     ) -> None:
         self.env, self.recorder = env, recorder
         self._scheduler, self._cost_model = scheduler, cost_model
@@ -70,7 +72,6 @@ class Server:
         self._closed = False  # no more submissions: stop once the work is done
         self._wake: simpy.Event | None = None
         self._busy_until, self._drafts = 0.0, drafts
-        self._encoder = encoder  # the vision encoder's time on steps that encode images
         plans_ahead = bool(getattr(scheduler, "async_scheduling", False))
         self._swap_bandwidth = scheduler.swap_bandwidth  # swap copies, timed on their steps
         spec = bool(getattr(scheduler, "num_speculative_tokens", 0)) or self._swap_bandwidth
@@ -302,9 +303,9 @@ class Server:
         duration = self._cost_model.step_time(Batch(new_tokens, plan.context_lens)) if plan else 0.0
         if self._drafts is not None and plan:
             duration += self._drafts.time(plan)
-        if plan.encoder and self._encoder is not None:  # images encoded before the forward
+        if plan.encoder and self.encoder is not None:  # images encoded before the forward
             items = [s.mm_items[i][1] for s, idx in plan.encoder.items() for i in idx]
-            duration += self._encoder.time(items)
+            duration += self.encoder.time(items)
         num_tokens = sum(new_tokens)
         decodes = decode_tokens = new_tokens.count(1)
         if plan.drafts:  # a decode verifying d drafts computes 1 + d tokens

@@ -59,7 +59,6 @@ class Simulation:
         stop: StopRule | None = None,
         num_speculative_tokens: int = 0,
         draft_cost: float = 0.0,
-        encoder_cost: EncoderCost | None = None,
     ) -> None:
         self.workload = workload
         self.slo = slo
@@ -103,8 +102,12 @@ class Simulation:
             fast_decode=fast_decode,
             on_done=self._slot_freed if caps is not None else None,
             drafts=drafts_of(cost_model, num_speculative_tokens, draft_cost),
-            encoder=encoder_cost,
         )
+
+    def price_encoder(self, cost: EncoderCost | None) -> None:
+        """Add the vision encoder's time to the steps that encode images."""
+        assert isinstance(self.server, Server), "multimodal runs are not data parallel"
+        self.server.encoder = cost
 
     def _bound(self) -> float:
         """The next instant the server's windows must not pass: an arrival or a change of cap

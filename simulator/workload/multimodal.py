@@ -18,7 +18,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from simulator.scheduling.sequence import MMItem
+Item = tuple[int, int, int]
+"""An item of a prompt: ``(offset, length, content)`` (the scheduler's ``MMItem``)."""
 
 
 class MultimodalConfig(BaseModel):
@@ -74,7 +75,7 @@ class MMItems:
     contents: np.ndarray
     """int64: each item's content id (equal ids share an encoder output)."""
 
-    def items(self, i: int) -> tuple[MMItem, ...]:
+    def items(self, i: int) -> tuple[Item, ...]:
         """Request ``i``'s items as the scheduler takes them."""
         lo, hi = int(self.start[i]), int(self.start[i + 1])
         return tuple(
