@@ -11,16 +11,30 @@ from simulator.cost.gpus import named_gpus
 from simulator.cost.presets import load_hardware
 from simulator.cost.vision_encoder import EncoderCost, VisionEncoder
 from simulator.errors import InputError, in_field
+from simulator.workload.replay import replay
+from simulator.workload.trace_images import IMAGE_COLUMNS
 
 WHERE = "workload.multimodal"
+
+
+def has_images(cfg: ScenarioConfig) -> bool:
+    """Whether ``cfg``'s requests carry images: ``workload.multimodal`` with some per request,
+    or a CSV trace with image columns (its header read, nothing more)."""
+    mm, trace = cfg.workload.multimodal, cfg.workload.trace
+    if mm is not None:
+        return mm.items_per_request > 0
+    if trace is None or trace.format != "csv":
+        return False
+    with open(trace.path, encoding="utf-8-sig", errors="replace") as fh:
+        header = fh.readline()
+    return any(c.strip() in IMAGE_COLUMNS for c in header.split(","))
 
 
 def encoder_of(cfg: ScenarioConfig) -> VisionEncoder:
     """The vision encoder of ``cfg``'s model: ``workload.multimodal.config_json``, else the
     cost model's ``model`` when it is a ``config.json``."""
     mm = cfg.workload.multimodal
-    assert mm is not None
-    path = mm.config_json
+    path = mm.config_json if mm is not None else None
     if path is None:
         gpus = named_gpus(cfg.cost_model)
         if gpus is None or not gpus.model.endswith(".json"):
@@ -37,7 +51,7 @@ def resolve_multimodal(cfg: ScenarioConfig) -> ScenarioConfig:
     ``InputError`` naming the field for an image larger than either, one longer than a chunk
     under ``disable_chunked_mm_input``, or a setting multimodal is not simulated with."""
     mm, sched = cfg.workload.multimodal, cfg.scheduler
-    if mm is None or not mm.items_per_request:
+    if not has_images(cfg):
         return cfg
     for setting, on in (
         ("cluster", cfg.cluster is not None),
@@ -48,8 +62,13 @@ def resolve_multimodal(cfg: ScenarioConfig) -> ScenarioConfig:
     ):
         if on:
             raise InputError(f"{WHERE}: not simulated with {setting} yet (docs/not-modeled.md)")
-    tokens = mm.tokens_per_item
-    if tokens is None:
+    if mm is None:  # a trace's images: the largest one bounds the budget and the cache
+        assert cfg.workload.trace is not None
+        items = replay(cfg.workload.trace).mm
+        tokens = 0 if items is None else items.largest
+    elif mm.tokens_per_item is not None:
+        tokens = mm.tokens_per_item
+    else:
         assert mm.image_size is not None
         width, height = mm.image_size
         tokens = encoder_of(cfg).image_tokens(width, height, mm.min_pixels, mm.max_pixels)
@@ -67,9 +86,11 @@ def resolve_multimodal(cfg: ScenarioConfig) -> ScenarioConfig:
             f"scheduler.disable_chunked_mm_input: an image of {tokens} tokens exceeds "
             f"max_num_batched_tokens {chunk} (vLLM refuses to start: it would never schedule it)"
         )
-    workload = cfg.workload.model_copy(
-        update={"multimodal": mm.model_copy(update={"tokens_per_item": tokens})}
-    )
+    workload = cfg.workload
+    if mm is not None:
+        workload = workload.model_copy(
+            update={"multimodal": mm.model_copy(update={"tokens_per_item": tokens})}
+        )
     scheduler = sched.model_copy(
         update={"max_num_encoder_input_tokens": budget, "encoder_cache_size": size}
     )
@@ -78,8 +99,7 @@ def resolve_multimodal(cfg: ScenarioConfig) -> ScenarioConfig:
 
 def encoder_cost(cfg: ScenarioConfig) -> EncoderCost | None:
     """What encoding a step's images costs on the cost model's GPUs (None: no images)."""
-    mm = cfg.workload.multimodal
-    if mm is None or not mm.items_per_request:
+    if not has_images(cfg):
         return None
     gpus = named_gpus(cfg.cost_model)
     if gpus is None:

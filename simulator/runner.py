@@ -119,7 +119,7 @@ def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioC
         from simulator.swap_scenario import resolve_swap
 
         cfg = resolve_swap(cfg)  # its KV bytes and host link, its memory checked
-    if cfg.workload.multimodal is not None:
+    if cfg.workload.multimodal is not None or cfg.workload.trace is not None:
         from simulator.mm_scenario import resolve_multimodal
 
         cfg = resolve_multimodal(cfg)  # its images' tokens, encoder budget and cache

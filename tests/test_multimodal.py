@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from simulator.cli import main
+from simulator.errors import InputError
 from simulator.cost.hf_config import read_hf_config
 from simulator.cost.presets import load_hardware
 from simulator.cost.vision_encoder import EncoderCost, VisionEncoder
@@ -55,7 +56,8 @@ def test_the_replay_is_not_vacuous(mm_cases: list[Case]) -> None:
     ]
     small = [
         dataclasses.replace(
-            c, config={**c.config, "encoder_cache_size": max(1, c.config["encoder_cache_size"] // 2)}
+            c,
+            config={**c.config, "encoder_cache_size": max(1, c.config["encoder_cache_size"] // 2)},
         )
         for c in sample
     ]
@@ -159,7 +161,13 @@ def test_qwen3_vl_reads_its_language_and_vision_models() -> None:
     lm = read_hf_config(QWEN3_VL)
     assert (lm.num_layers, lm.hidden_size, lm.num_kv_heads) == (36, 4096, 8)
     vit = VisionEncoder.from_config(QWEN3_VL)
-    assert (vit.depth, vit.hidden, vit.patch_size, vit.merge, vit.num_mergers) == (27, 1152, 16, 2, 4)
+    assert (vit.depth, vit.hidden, vit.patch_size, vit.merge, vit.num_mergers) == (
+        27,
+        1152,
+        16,
+        2,
+        4,
+    )
     # 1024 x 768 pixels: multiples of 32 (patch 16 x merge 2) -> 32 x 24 tokens
     assert vit.image_tokens(1024, 768, 65536, 16777216) == 768
     assert vit.image_tokens(100, 100, 65536, 16777216) == 64  # scaled up to min_pixels
@@ -242,3 +250,29 @@ def test_what_cannot_be_encoded_is_refused(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and field in err[0] and "768" in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_trace_carries_images(tmp_path: Path) -> None:
+    """CSV columns mm_items, mm_tokens, mm_content: images at the start of the prompt,
+    counted in prompt_len, equal contents served from the encoder cache; rows re-sorted by
+    arrival keep their images; a row whose images exceed its prompt is refused."""
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "arrival_s,prompt_len,output_len,mm_items,mm_tokens,mm_content\n"
+        "0.0,900,20,1,768,5\n0.5,900,20,1,768,5\n0.2,300,20,0,1,0\n1.0,1700,20,2,768,5\n"
+    )
+    scenario = {
+        "name": "trace",
+        "workload": {"trace": {"path": str(trace), "format": "csv"}},
+        "cost_model": {"type": "roofline", "model": str(QWEN3_VL), "hardware": "h100-sxm"},
+        "scheduler": {"policy": "vllm-v1"},
+    }
+    result = run(scenario)
+    req = result.request_table
+    assert list(req["mm_items"]) == [1, 0, 1, 2]
+    assert list(req["encoder_tokens"]) == [768, 0, 0, 768]
+    assert list(req["encoder_cache_hits"]) == [0, 0, 1, 1]
+    assert result.scenario.scheduler.encoder_cache_size == 8192
+    trace.write_text("arrival_s,prompt_len,output_len,mm_items,mm_tokens\n0,700,20,1,768\n")
+    with pytest.raises(InputError, match="t.csv:2: column mm_items: 1 images of 768 tokens"):
+        run(scenario)

@@ -90,6 +90,16 @@ class MMItems:
         sums = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
         return sums[self.start[1:]] - sums[self.start[:-1]]
 
+    def take(self, order: np.ndarray) -> MMItems:
+        """The items of the requests in ``order`` (a trace sorted by arrival)."""
+        counts = self.num_items[order]
+        start = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        idx = np.concatenate(
+            [np.arange(self.start[i], self.start[i + 1], dtype=np.int64) for i in order]
+            or [np.zeros(0, dtype=np.int64)]
+        )
+        return MMItems(start, self.offsets[idx], self.lengths[idx], self.contents[idx])
+
     @property
     def num_items(self) -> np.ndarray:
         """Items per request."""
@@ -126,3 +136,17 @@ def place_items(
         contents=contents.reshape(-1),
     )
     return total, items
+
+
+def items_at_start(counts: np.ndarray, tokens: np.ndarray, first: np.ndarray | None) -> MMItems:
+    """Each request's ``counts[i]`` images of ``tokens[i]`` placeholders, at the start of its
+    prompt (a trace's columns); contents ``first[i] + j`` (None: every image new)."""
+    n = len(counts)
+    start = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
+    j = np.arange(int(start[-1]), dtype=np.int64) - start[owner]
+    if first is None:  # new contents: negative, apart from any a trace names (>= 0)
+        contents = -1 - (start[:-1][owner] + j)
+    else:
+        contents = first[owner] + j
+    return MMItems(start, j * tokens[owner], tokens[owner], contents)
