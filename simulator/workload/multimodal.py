@@ -145,8 +145,6 @@ def items_at_start(counts: np.ndarray, tokens: np.ndarray, first: np.ndarray | N
     start = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
     owner = np.repeat(np.arange(n, dtype=np.int64), counts)
     j = np.arange(int(start[-1]), dtype=np.int64) - start[owner]
-    if first is None:  # new contents: negative, apart from any a trace names (>= 0)
-        contents = -1 - (start[:-1][owner] + j)
-    else:
-        contents = first[owner] + j
+    # without ids, new contents: negative, apart from any a trace names (>= 0)
+    contents = -1 - (start[:-1][owner] + j) if first is None else first[owner] + j
     return MMItems(start, j * tokens[owner], tokens[owner], contents)
