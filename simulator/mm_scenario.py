@@ -7,6 +7,7 @@ cost, priced from the model's ``vision_config``."""
 from __future__ import annotations
 
 from simulator.config import ScenarioConfig
+from simulator.cost.encoder_attention import MeasuredEncoderAttention
 from simulator.cost.gpus import named_gpus
 from simulator.cost.presets import load_hardware
 from simulator.cost.vision_encoder import EncoderCost, VisionEncoder
@@ -108,11 +109,16 @@ def encoder_cost(cfg: ScenarioConfig) -> EncoderCost | None:
             f"cost_model.type {cfg.cost_model.type!r} names none"
         )
     hw = in_field(f"{gpus.where}hardware", load_hardware, gpus.hardware)
-    cm = cfg.cost_model
+    cm, vit = cfg.cost_model, encoder_of(cfg)
+    attention = None  # the roofline's own FLOPs; the kernel-based models' measured kernels
+    if cm.type in ("kernels", "physics") and vit.num_heads % gpus.tp == 0:
+        heads = vit.num_heads // gpus.tp
+        attention = MeasuredEncoderAttention.load(hw, heads, vit.hidden // vit.num_heads)
     return EncoderCost(
-        encoder_of(cfg),
+        vit,
         hw,
         gpus.tp,
         getattr(cm, "compute_efficiency", 0.6),
         getattr(cm, "memory_efficiency", 0.8),
+        attention,
     )

@@ -276,3 +276,28 @@ def test_a_trace_carries_images(tmp_path: Path) -> None:
     trace.write_text("arrival_s,prompt_len,output_len,mm_items,mm_tokens\n0,700,20,1,768\n")
     with pytest.raises(InputError, match="t.csv:2: column mm_items: 1 images of 768 tokens"):
         run(scenario)
+
+
+def test_kernel_based_models_take_the_measured_encoder_attention() -> None:
+    """aiconfigurator-core measures Qwen3-VL's ViT attention (16 heads of 72) on an H100, not
+    on an A100; measured, one layer over a 768-token image's 3,072 patches takes longer than
+    its FLOPs at the roofline's efficiency, and a physics scenario prices its images so."""
+    pytest.importorskip("aiconfigurator_core")
+    from simulator.cost.encoder_attention import MeasuredEncoderAttention
+
+    vit = VisionEncoder.from_config(QWEN3_VL)
+    h100 = load_hardware("h100-sxm")
+    measured = MeasuredEncoderAttention.load(h100, 16, 72)
+    assert (
+        measured is not None
+        and MeasuredEncoderAttention.load(load_hardware("a100-80gb"), 16, 72) is None
+    )
+    flops_s = vit.attention_flops(768) / vit.depth / (h100.peak_flops * 0.6)
+    assert 1.0 < measured.seconds(3072) / flops_s < 3.0
+    assert measured.seconds(2 * 65536) == pytest.approx(4 * measured.seconds(65536))
+    with_table = EncoderCost(vit, h100, attention=measured).time([768])
+    assert with_table > EncoderCost(vit, h100).time([768])
+    s = _scenario()
+    s["workload"]["num_requests"] = 20
+    s["cost_model"] = {"type": "physics", "model": str(QWEN3_VL), "hardware": "h100-sxm"}
+    assert int(run(s).steps["encoder_tokens"].sum()) == 20 * 768

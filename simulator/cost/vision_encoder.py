@@ -11,9 +11,9 @@ placeholder token is ``spatial_merge_size``² patches.
 Time is a roofline: the FLOPs of every image's patches (projections, MLP, and attention over
 the image's own patches, which is quadratic in them) against the GPU's peak, and the
 encoder's weights read once per step against its HBM bandwidth, whichever is longer, split
-over the tensor-parallel GPUs. The aiconfigurator-core database measures ``encoder_attention``
-(vLLM 0.24's ViT flash attention) on some GPUs; it is not used yet: attention is priced by
-its FLOPs here too.
+over the tensor-parallel GPUs. With a measured attention (``encoder_attention.py``: the
+``kernels`` and ``physics`` cost models, on GPUs aiconfigurator-core measured), the attention
+is its measured time per layer instead of its FLOPs.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulator.cost.encoder_attention import MeasuredEncoderAttention
 from simulator.cost.hardware_spec import HardwareSpec
 from simulator.errors import InputError
 
@@ -106,6 +107,11 @@ class VisionEncoder:
         mergers = self.num_mergers * 2 * tokens * (wide * wide + wide * self.out_hidden)
         return float(embed + blocks + mergers)
 
+    def attention_flops(self, tokens: int) -> float:
+        """The part of ``flops`` in the blocks' attention over the image's patches."""
+        p = tokens * self.merge**2
+        return float(self.depth * 4 * p * p * self.hidden)
+
     @property
     def weight_bytes(self) -> int:
         """Bytes of the encoder's weights."""
@@ -125,13 +131,21 @@ class EncoderCost:
     tp: int = 1
     compute_efficiency: float = 0.6
     memory_efficiency: float = 0.8
+    attention: MeasuredEncoderAttention | None = None
+    """The attention's measured time per layer (on one of ``tp`` GPUs), or None: its FLOPs."""
 
     def time(self, items: list[int]) -> float:
         """Seconds to encode items of these placeholder tokens in one step (0: none)."""
         if not items:
             return 0.0
-        flops = sum(self.encoder.flops(t) for t in items)
+        enc, attention = self.encoder, self.attention
+        flops = sum(enc.flops(t) for t in items)
+        measured = 0.0
+        if attention is not None:
+            flops -= sum(enc.attention_flops(t) for t in items)
+            measured = enc.depth * sum(attention.seconds(t * enc.merge**2) for t in items)
         compute = flops / (self.hardware.peak_flops * self.compute_efficiency * self.tp)
+        compute += measured
         memory = self.encoder.weight_bytes / (
             self.hardware.hbm_bandwidth * self.memory_efficiency * self.tp
         )
