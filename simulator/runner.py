@@ -27,7 +27,6 @@ from simulator.feasibility import (
     check_nodes,
     check_scenario_memory,
 )
-from simulator.mm_scenario import encoder_cost
 from simulator.scheduling import SchedulerConfig, make_scheduler
 from simulator.version import __version__
 from simulator.workload import Workload, check_input_files, generate
@@ -211,7 +210,10 @@ def run(
             stop=stop,
             **speculation_of(cfg),
         )
-        sim.price_encoder(encoder_cost(cfg))
+        if cfg.workload.multimodal is not None or cfg.workload.trace is not None:
+            from simulator.mm_scenario import encoder_cost
+
+            sim.price_encoder(encoder_cost(cfg))
         result = sim.run()
     return _finish(result, cfg, workload, started)
 

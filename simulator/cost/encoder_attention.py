@@ -8,13 +8,16 @@ the encoder's heads are measured; elsewhere the attention is priced by its FLOPs
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.interpolate import PchipInterpolator
 
 from simulator.cost.hardware_spec import HardwareSpec
 from simulator.cost.kernel_db import KernelDatabase
 from simulator.errors import InputError
+
+if TYPE_CHECKING:  # scipy is imported by a run that prices images, not by every run
+    from scipy.interpolate import PchipInterpolator
 
 TABLE = "encoder_attention/encoder_attention_perf"
 """The table, as ``family/name`` under a GPU's folder."""
@@ -45,6 +48,8 @@ class MeasuredEncoderAttention:
             return None
         if rows is None or path is None or len(rows) < 2:
             return None
+        from scipy.interpolate import PchipInterpolator
+
         points = rows.groupby("isl")["latency"].median().sort_index()
         isl = points.index.to_numpy(dtype=np.float64)
         curve = PchipInterpolator(np.log(isl), np.log(points.to_numpy(dtype=np.float64)))

@@ -22,10 +22,13 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from simulator.cost.encoder_attention import MeasuredEncoderAttention
 from simulator.cost.hardware_spec import HardwareSpec
 from simulator.errors import InputError
+
+if TYPE_CHECKING:
+    from simulator.cost.encoder_attention import MeasuredEncoderAttention
 
 BYTES_PER_WEIGHT = 2
 """The encoder's weights and activations in bf16 (vLLM runs the ViT in the model's dtype)."""
