@@ -210,12 +210,18 @@ def run(
             stop=stop,
             **speculation_of(cfg),
         )
-        if cfg.workload.multimodal is not None or cfg.workload.trace is not None:
-            from simulator.mm_scenario import encoder_cost
-
-            sim.price_encoder(encoder_cost(cfg))
+        _price_images(sim, cfg)
         result = sim.run()
     return _finish(result, cfg, workload, started)
+
+
+def _price_images(sim: Simulation, cfg: ScenarioConfig) -> None:
+    """The vision encoder's time on the steps that encode images (imported only when the
+    workload may have some)."""
+    if cfg.workload.multimodal is not None or cfg.workload.trace is not None:
+        from simulator.mm_scenario import encoder_cost
+
+        sim.price_encoder(encoder_cost(cfg))
 
 
 def _num_gpus(cm: CostModelConfig) -> int:
