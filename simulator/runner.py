@@ -120,6 +120,10 @@ def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioC
         from simulator.swap_scenario import resolve_swap
 
         cfg = resolve_swap(cfg)  # its KV bytes and host link, its memory checked
+    if cfg.workload.multimodal is not None or cfg.workload.trace is not None:
+        from simulator.mm_scenario import resolve_multimodal
+
+        cfg = resolve_multimodal(cfg)  # its images' tokens, encoder budget and cache
     check_scenario_memory(cfg)  # a given num_blocks may not fit beside the weights
     return cfg
 
@@ -208,8 +212,18 @@ def run(
             stop=stop,
             **speculation_of(cfg),
         )
+        _price_images(sim, cfg)
         result = sim.run()
     return _finish(result, cfg, workload, started)
+
+
+def _price_images(sim: Simulation, cfg: ScenarioConfig) -> None:
+    """The vision encoder's time on the steps that encode images (imported only when the
+    workload may have some)."""
+    if cfg.workload.multimodal is not None or cfg.workload.trace is not None:
+        from simulator.mm_scenario import encoder_cost
+
+        sim.price_encoder(encoder_cost(cfg))
 
 
 def _num_gpus(cm: CostModelConfig) -> int:

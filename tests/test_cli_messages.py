@@ -174,6 +174,7 @@ def test_not_modeled_page_is_linked_and_names_what_is_missing() -> None:
                    "kv_cache_dtype", "lora"):  # fmt: skip
         assert absent not in keys, f"{absent} exists now: update docs/not-modeled.md"
     assert {"async_scheduling", "speculative"} <= keys  # in part, as the page says
+    assert "multimodal" in keys and "Multimodal inputs: in part" in page
     assert "autoscaler" in keys  # identical replicas only, as the page says
     assert {"kv_offload", "shared_kv"} <= keys  # CPU and shared tiers, no disk, as it says
     source = (ROOT / "simulator" / "cost" / "profiles" / "llmservingsim.py").read_text()

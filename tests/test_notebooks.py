@@ -25,8 +25,14 @@ MAX_BYTES = 1_500_000
 
 # Figures each notebook must draw: compare_budgets the budget comparison and the trade-off
 # map; latency_plots the four run plots, one sweep figure per grid key, the budget comparison
-# and the overlaid CDFs; swap_vs_recompute the gain of swapping against the victim's length.
-MIN_FIGURES = {"compare_budgets": 2, "latency_plots": 8, "swap_vs_recompute": 1}
+# and the overlaid CDFs; swap_vs_recompute the gain of swapping against the victim's length;
+# multimodal_encoder_share the encoder's shares against images per request.
+MIN_FIGURES = {
+    "compare_budgets": 2,
+    "latency_plots": 8,
+    "swap_vs_recompute": 1,
+    "multimodal_encoder_share": 1,
+}
 
 # Appended to a copy of each notebook: prints, as JSON, the state its last cells left behind.
 PROBES = {
@@ -54,6 +60,18 @@ print(_json.dumps({
     "links": len(table),
     "crossovers": [[int(s), int(a)] for s, a in zip(
         _found["simulated crossover (tokens)"], _found["analytic crossover (tokens)"])],
+    "checked": len(CHECKS),
+}))
+""",
+    "multimodal_encoder_share": """
+import json as _json
+import sys as _sys
+print(_json.dumps({
+    "prefix": _sys.prefix,
+    "status": ["ok"],
+    "images": [int(k) for k in loaded["images"]],
+    "lone_share": [float(x) for x in lone["encoder share of TTFT"]],
+    "busy_share": [float(x) for x in loaded["encoder share of busy time"]],
     "checked": len(CHECKS),
 }))
 """,
@@ -162,6 +180,12 @@ def test_notebook_executes(name: str, kernel_prefix: str) -> None:
         for simulated, analytic in probe["crossovers"]:
             assert abs(simulated / analytic - 1) <= 0.05, (simulated, analytic)
         assert probe["checked"] >= 10
+    elif name == "multimodal_encoder_share":
+        # images per request from none to several; the encoder's shares grow with them
+        assert probe["images"][0] == 0 and len(probe["images"]) >= 4
+        assert probe["lone_share"][0] == 0 and probe["busy_share"][0] == 0
+        assert all(0 < x < 1 for x in probe["lone_share"][1:] + probe["busy_share"][1:])
+        assert probe["checked"] >= 7
     else:
         assert probe["requests"] > 0 and probe["steps"] > probe["requests"]
         assert probe["sweep_rows"] == 4 and len(probe["sweep_keys"]) == 2

@@ -145,6 +145,11 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"goodput    {num('goodput', '.2f')} req/s "
             f"({num('slo_attainment', '.1f', 100)}% of requests meet the SLO)"
         )
+    if "encoder_tokens" in summary:  # a run with images (docs/multimodal.md)
+        lines.append(
+            f"images     {summary['encoder_tokens']:,} tokens encoded, "
+            f"{num('encoder_cache_hit_rate', '.1%')} served without encoding"
+        )
     lines += format_uncertainty(summary.get("uncertainty"))
     return "\n".join(lines)
 

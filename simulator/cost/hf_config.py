@@ -26,7 +26,7 @@ __all__ = ["ARCHITECTURES", "read_hf_config"]
 DENSE = ("llama", "mistral", "qwen2", "qwen3")
 MOE = ("qwen2_moe", "qwen3_moe", "mixtral", "phimoe", "deepseek_v2", "deepseek_v3", "deepseek_v32")
 DEEPSEEK = ("deepseek_v2", "deepseek_v3", "deepseek_v32")
-TEXT_MODELS = {"qwen3_vl_text": "qwen3"}
+TEXT_MODELS = {"qwen3_vl_text": "qwen3", "qwen2_5_vl_text": "qwen2", "qwen2_vl_text": "qwen2"}
 """A multimodal model's language model (``text_config``) read as this family."""
 
 ARCHITECTURES = {

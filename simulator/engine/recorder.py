@@ -54,6 +54,8 @@ class Recorder:
         """Per request that loaded KV from a tier below the GPU's before it was first
         scheduled: the prompt tokens each tier (cpu, shared) served."""
         self.rejected: list[tuple[int, str]] = []
+        self.encoded: dict[int, dict[int, int]] = {}
+        """Multimodal: per request, the times each of its items was encoded for it."""
         """``(request, reason)`` of the requests that can never be served."""
         self.num_tokens = 0
         """Tokens sampled in all."""
@@ -102,13 +104,15 @@ class Recorder:
         ints: tuple[int, ...],
         moved: tuple[int, ...] = NO_MOVES,
         accepted: int = 0,
+        encoder: int = 0,
     ) -> None:
         """One step row: its start, its duration (checked > 0, or 0 for a step that scheduled
-        nothing), ``STEP_INT_FIELDS`` but the last seven, then those: the KV bytes moved and
-        the draft tokens accepted (speculative decoding; 0 without)."""
+        nothing), ``STEP_INT_FIELDS`` but the last eight, then those: the KV bytes moved, the
+        draft tokens accepted (speculative decoding; 0 without) and the placeholder tokens the
+        vision encoder computed (multimodal; 0 without)."""
         if not (duration > 0 or duration == 0 and ints[0] == 0):
             raise RuntimeError(f"cost model returned a non-positive step time {duration!r}")
-        self._steps.add(start, duration, (*ints, *moved, accepted))
+        self._steps.add(start, duration, (*ints, *moved, accepted, encoder))
 
     def record_decode_steps(
         self,
@@ -138,7 +142,7 @@ class Recorder:
         rows.append(k)
         tokens = 0
         for j, (lo, m, kept) in enumerate(sizes):
-            segments += (m, m, 0, m, 0, m, 0, 0, kept, 0, 0, 0, 0, 0, 0, 0)
+            segments += (m, m, 0, m, 0, m, 0, 0, kept, 0, 0, 0, 0, 0, 0, 0, 0)
             n = rows[j] = rows[j] - lo
             counts.append(m)
             lengths.append(n)
@@ -167,6 +171,14 @@ class Recorder:
             if first_sched[i] != first_sched[i]:  # NaN: scheduled for the first time
                 first_sched[i] = start
                 self.cached_tokens[i] = context[j]  # its prefix-cache hit (``cached_tokens``)
+
+    def record_encoded(self, plan: StepPlan) -> None:
+        """The items ``plan`` encodes, for each request they are encoded for."""
+        assert plan.encoder is not None
+        for seq, items in plan.encoder.items():
+            counts = self.encoded.setdefault(seq.seq_id, {})  # type: ignore[arg-type]
+            for j in items:
+                counts[j] = counts.get(j, 0) + 1
 
     def record_tier_hits(self, request: int, tokens: list[int]) -> None:
         """Request ``request`` loads ``tokens`` prompt tokens from each tier (cpu, shared);

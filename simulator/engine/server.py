@@ -31,6 +31,7 @@ import simpy
 
 from simulator.cost.batch import Batch
 from simulator.cost.interface import CostModel
+from simulator.cost.vision_encoder import EncoderCost
 from simulator.engine.ahead import Ahead
 from simulator.engine.drafts import DraftCost
 from simulator.engine.fast_window import FastWindow, Final, Retire
@@ -43,6 +44,9 @@ from simulator.scheduling.sequence import Sequence
 
 class Server:
     """A scheduler and a cost model stepping on ``env``, recording into ``recorder``."""
+
+    encoder: EncoderCost | None = None
+    """The vision encoder's time on the steps that encode images (None: none is priced)."""
 
     def __init__(
         self,
@@ -278,13 +282,16 @@ class Server:
             out, back = sched.take_swapped()
             duration += (out + back) / self._swap_bandwidth
             moved = (*moved[:4], out, back)
+        if plan.encoder:
+            rec.record_encoded(plan)
         if not plan.drafts:
-            rec.record_step(now, duration, ints, moved)
+            rec.record_step(now, duration, ints, moved, 0, plan.encoder_tokens)
         self._busy_until = now + duration  # where the timeout lands
         yield env.timeout(duration)
         self._apply(plan, now, env.now)
         if plan.drafts:  # how many drafts were accepted is known once applied: the row waits
-            rec.record_step(now, duration, ints, moved, sum(plan.accepted.values()))
+            accepted = sum(plan.accepted.values())
+            rec.record_step(now, duration, ints, moved, accepted, plan.encoder_tokens)
 
     def _plan(self) -> tuple[StepPlan, float, tuple[int, ...]]:
         """Plan a step: the plan, its duration and its row's ``STEP_INT_FIELDS``."""
@@ -296,6 +303,9 @@ class Server:
         duration = self._cost_model.step_time(Batch(new_tokens, plan.context_lens)) if plan else 0.0
         if self._drafts is not None and plan:
             duration += self._drafts.time(plan)
+        if plan.encoder and self.encoder is not None:  # images encoded before the forward
+            items = [s.mm_items[i][1] for s, idx in plan.encoder.items() for i in idx]
+            duration += self.encoder.time(items)
         num_tokens = sum(new_tokens)
         decodes = decode_tokens = new_tokens.count(1)
         if plan.drafts:  # a decode verifying d drafts computes 1 + d tokens

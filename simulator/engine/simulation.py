@@ -21,6 +21,7 @@ import simpy
 from mypy_extensions import mypyc_attr
 
 from simulator.cost.interface import CostModel
+from simulator.cost.vision_encoder import EncoderCost
 from simulator.engine.clock import sleep_until
 from simulator.engine.drafts import DraftCost
 from simulator.engine.lockstep import LockstepServer
@@ -32,6 +33,7 @@ from simulator.engine.step_sink import MemorySink, StepSink
 from simulator.engine.tokens import output_checksums
 from simulator.engine.watch import RunState, StopRule, Watch
 from simulator.metrics import DEFAULT_PERCENTILES, Columns, build_requests, summarize
+from simulator.metrics.multimodal import add_mm_metrics
 from simulator.scheduling.interface import Scheduler
 from simulator.scheduling.sequence import Sequence
 from simulator.workload.workload import Workload
@@ -102,6 +104,11 @@ class Simulation:
             drafts=drafts_of(cost_model, num_speculative_tokens, draft_cost),
         )
 
+    def price_encoder(self, cost: EncoderCost | None) -> None:
+        """Add the vision encoder's time to the steps that encode images."""
+        assert isinstance(self.server, Server), "multimodal runs are not data parallel"
+        self.server.encoder = cost
+
     def _bound(self) -> float:
         """The next instant the server's windows must not pass: an arrival or a change of cap
         (the latter infinite without a schedule)."""
@@ -135,13 +142,14 @@ class Simulation:
         if self._watch is not None:
             self._watch.tick(self._state)
         self._in_flight += 1
-        priority, runs = self.workload.priority, self.workload.prompt_runs
+        priority, runs, mm = self.workload.priority, self.workload.prompt_runs, self.workload.mm
         seq = Sequence(
             i,
             int(self._prompt[i]),
             int(self._output[i]),
             priority=0 if priority is None else int(priority[i]),
             prompt_runs=None if runs is None else runs.runs(i),
+            mm_items=() if mm is None else mm.items(i),
         )
         if not self.server.submit(seq):
             self._slot_freed(1, at)  # rejected: it is not in flight
@@ -216,6 +224,8 @@ class Simulation:
         )
         if self.num_speculative_tokens:
             add_spec_metrics(requests, summary, rec)
+        if self.workload.mm is not None:
+            add_mm_metrics(requests, summary, self.workload.mm, rec.encoded)
         return SimulationResult(
             request_table=requests,
             steps=steps,

@@ -32,6 +32,7 @@ STEP_COLUMNS = [
     "swap_out_bytes",
     "swap_in_bytes",
     "num_accepted_tokens",
+    "encoder_tokens",
 ]
 
 STEP_INT_FIELDS = tuple(

@@ -12,6 +12,7 @@ import numpy as np
 
 from simulator.scheduling.acceptance import DrawnAcceptance
 from simulator.scheduling.config import POLICIES, SchedulerConfig
+from simulator.scheduling.encoder_inputs import EncoderInputs
 from simulator.scheduling.interface import ManySampler, Sampler, Scheduler, StepPlan
 from simulator.scheduling.kv_tier import KVTier
 from simulator.scheduling.sequence import Sequence, SequenceStatus
@@ -73,6 +74,7 @@ def make_scheduler(
         priority=cfg.priority_policy == "priority",
         async_scheduling=cfg.async_scheduling,
         max_model_len=cfg.max_model_len or 0,
+        encoder=_encoder(cfg),
         **_speculation(speculative, rng),
     )
     off = cfg.kv_offload
@@ -94,6 +96,14 @@ def _enable_swap(scheduler: StepScheduler, cfg: SchedulerConfig, gpus: int) -> N
     block_bytes = per_token * cfg.block_size
     space = cfg.swap_space_gb * 2**30 * gpus
     scheduler.enable_swap(int(space // block_bytes), block_bytes, link * 1e9 * gpus)
+
+
+def _encoder(cfg: SchedulerConfig) -> EncoderInputs | None:
+    """The encoder budget and cache of a multimodal scenario (resolved), else None."""
+    budget, size = cfg.max_num_encoder_input_tokens, cfg.encoder_cache_size
+    if budget is None or size is None:
+        return None
+    return EncoderInputs(budget, size, cfg.disable_chunked_mm_input)
 
 
 def _speculation(spec: SpeculativeConfig | None, rng: np.random.Generator | None) -> dict:

@@ -94,6 +94,20 @@ class SchedulerConfig(BaseModel):
     """``swap`` only: KV bytes of one token over all layers and GPUs; omit to take it from the
     cost model's model preset (required with a cost model that names no model)."""
 
+    max_num_encoder_input_tokens: int | None = Field(default=None, ge=1)
+    """Multimodal: placeholder tokens the vision encoder may compute in one step (vLLM's
+    encoder compute budget); an item is encoded whole, in the step its first tokens are
+    scheduled, or the chunk stops before it. Omit for vLLM's default,
+    ``max_num_batched_tokens`` (at least the largest item); smaller than an item is refused
+    (docs/multimodal.md)."""
+    encoder_cache_size: int | None = Field(default=None, ge=1)
+    """Multimodal: placeholder tokens of encoder outputs kept at once, by content, freed
+    oldest-first once no request needs them (vLLM's ``EncoderCacheManager``). Omit for vLLM's
+    default, the encoder budget; smaller than an item is refused."""
+    disable_chunked_mm_input: bool = False
+    """Multimodal: never end a chunk inside an image (vLLM's ``disable_chunked_mm_input``);
+    an image longer than ``max_num_batched_tokens`` is then refused (vLLM would stall)."""
+
     kv_groups: list[KVGroup] | None = None
     """The KV-cache groups of a hybrid model (sliding-window, Mamba or linear-attention layers
     beside full attention), grouped as vLLM groups them; omit to derive them from the cost

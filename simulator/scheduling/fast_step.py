@@ -23,6 +23,7 @@ from collections import deque
 from mypy_extensions import mypyc_attr, trait
 
 from simulator.scheduling.decode_run import DecodeRun
+from simulator.scheduling.encoder_inputs import EncoderInputs
 from simulator.scheduling.fast_async import AsyncSteps
 from simulator.scheduling.interface import StepPlan
 from simulator.scheduling.sequence import Sequence
@@ -62,6 +63,8 @@ class FastSteps(AsyncSteps):
     """The fast path of the scheduler, which says how it caps a sequence's tokens in a
     step, how it admits waiting sequences (its phase 2) and how it applies a step."""
 
+    encoder: EncoderInputs | None
+
     def _cap(self) -> int:
         """Most tokens of one sequence in the next step (0: no cap)."""
         raise NotImplementedError
@@ -91,7 +94,10 @@ class FastSteps(AsyncSteps):
     def fast_step(self) -> StepPlan | None:
         """Plan the next step with the deferred decode group as ``num_deferred`` sequences
         (each decoding one token), if ``schedule()`` would plan exactly that and preempt
-        nobody; else None (nothing changed), and the step must go through ``schedule()``."""
+        nobody; else None (nothing changed), and the step must go through ``schedule()``
+        (always while multimodal items wait for their encoder: ``encoder_inputs.py``)."""
+        if self.encoder is not None and self.encoder.pending:
+            return None
         if self.async_scheduling:
             return self._fast_step_async()
         if self._fast_plan is not None:  # the caller skipped finish_fast_step(): do it

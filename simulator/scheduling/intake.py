@@ -7,6 +7,7 @@ from collections.abc import Hashable
 
 from mypy_extensions import mypyc_attr, trait
 
+from simulator.scheduling.encoder_inputs import EncoderInputs
 from simulator.scheduling.kv_manager import KVManager
 from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
 from simulator.scheduling.sequence import Sequence, SequenceStatus
@@ -22,6 +23,8 @@ class Intake:
     """Most tokens a request may ask for, prompt and output together, as vLLM's server
     refuses more (``scheduler.max_model_len``; 0: no limit)."""
     waiting: FCFSQueue | PriorityQueue
+    encoder: EncoderInputs | None
+    max_num_batched_tokens: int
     _known: set[Hashable]
     _num_added: int
     # the last sequence ``rejection_reason`` found to fit: the engine asks before every
@@ -37,6 +40,10 @@ class Intake:
                 f"asks for {seq.prompt_len + seq.max_tokens} tokens (prompt {seq.prompt_len} "
                 f"+ output {seq.max_tokens}), more than max_model_len {limit}"
             )
+        if seq.mm_items:
+            reason = self._mm_reason(seq)
+            if reason is not None:
+                return reason
         need = self.blocks.blocks_for(seq.max_kv_tokens)
         if need <= self.blocks.num_blocks:
             self._fits = seq
@@ -45,6 +52,14 @@ class Intake:
             f"needs {need} KV blocks for {seq.max_kv_tokens} tokens (prompt {seq.prompt_len} "
             f"+ output {seq.max_tokens} - 1), cache has {self.blocks.num_blocks}"
         )
+
+    def _mm_reason(self, seq: Sequence) -> str | None:
+        """Why ``seq``'s multimodal items can never be encoded here, or None."""
+        if self.encoder is None:
+            return "has multimodal items, but the scheduler has no encoder cache"
+        # vLLM refuses the same (compute_mm_encoder_budget); long_prefill_token_threshold caps
+        # a chunk only while others run or wait, so a chunk may still reach the budget
+        return self.encoder.rejection_reason(seq, self.max_num_batched_tokens)
 
     def add(self, seq: Sequence) -> None:
         """Queue a new sequence (behind earlier ones of its priority)."""
@@ -76,6 +91,8 @@ class Intake:
                 raise ValueError(f"sequence {seq.seq_id!r} can never fit: {reason}")
         self._fits = None
         self._known.add(seq.seq_id)
+        if seq.mm_items and self.encoder is not None:
+            self.encoder.pending.add(seq)
         seq.arrival_order = self._num_added
         self._num_added += 1
         self.waiting.add(seq)

@@ -79,6 +79,9 @@ class StepPlan:
         "sampling",
         "num_extra_tokens",
         "loads",
+        "encoder",
+        "encoder_freed",
+        "encoder_tokens",
     )
 
     def __init__(
@@ -121,6 +124,13 @@ class StepPlan:
         self.loads: list[TierLoad] | tuple[()] = ()
         """KV loads from the tiers below the GPU's that planning started (their sequences
         are not in ``seqs``: each is scheduled once its load ends, ``finish_load``)."""
+        self.encoder: dict[Sequence, list[int]] | None = None
+        """Multimodal: the items (indices into ``mm_items``) encoded for each sequence in this
+        step (vLLM's ``scheduled_encoder_inputs``), or None if none."""
+        self.encoder_freed: list[Hashable] | None = None
+        """Multimodal: contents evicted from the encoder cache while planning."""
+        self.encoder_tokens = 0
+        """Multimodal: placeholder tokens the vision encoder computes in this step."""
 
     @property
     def admitted(self) -> list[Sequence]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from mypy_extensions import mypyc_attr, trait
 
+from simulator.scheduling.encoder_inputs import EncoderInputs
 from simulator.scheduling.interface import StepPlan
 from simulator.scheduling.kv_manager import KVManager
 from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
@@ -39,6 +40,7 @@ class Preemption:
     max_num_seqs: int
     priority: bool
     swap: SwapSpace | None
+    encoder: EncoderInputs | None
     num_speculative_tokens: int  # Speculation's
     async_scheduling: bool
 
@@ -75,6 +77,8 @@ class Preemption:
         it, else recompute (drop the KV, keep the output, back to the head of waiting); what
         ``StepScheduler._preempt``, the hook, does."""
         self._running.remove(seq)
+        if self.encoder is not None and seq.mm_items:  # its encoder cache references go
+            self.encoder.drop(seq, preempted=True)
         swap = self.swap
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1

@@ -6,6 +6,10 @@ import enum
 from collections.abc import Hashable, Iterable
 
 PromptRuns = tuple[tuple[Hashable, int], ...]
+MMItem = tuple[int, int, Hashable]
+"""A multimodal item of a prompt: ``(offset, length, content)``, its placeholder tokens
+``[offset, offset + length)`` and the id of its content (vLLM's ``mm_hash``): items with the
+same content share one encoder output (docs/multimodal.md)."""
 """A prompt's token identity: ``(segment, tokens)`` runs, each the first ``tokens`` tokens of
 its segment. Two prompts share their first ``k`` tokens exactly when their runs, cut after
 ``k`` tokens, are equal (docs/workloads.md, "Token identity")."""
@@ -43,6 +47,8 @@ class Sequence:
         "placeholders",
         "in_flight",
         "stale",
+        "mm_items",
+        "mm_end",
     )
 
     def __init__(
@@ -54,18 +60,13 @@ class Sequence:
         priority: int = 0,
         prompt_runs: PromptRuns | None = None,
         output: Iterable[int] = (),
+        mm_items: tuple[MMItem, ...] = (),
     ) -> None:
         if not isinstance(prompt_len, int) or prompt_len <= 0:
             raise ValueError(f"prompt_len must be a positive integer, got {prompt_len!r}")
         if not isinstance(max_tokens, int) or max_tokens <= 0:
             raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-        if prompt_runs is not None and (
-            sum(n for _, n in prompt_runs) != prompt_len or min(n for _, n in prompt_runs) < 1
-        ):
-            raise ValueError(
-                f"prompt_runs of {seq_id!r} must be runs of >= 1 tokens adding up to "
-                f"prompt_len {prompt_len}"
-            )
+        _check_runs(seq_id, prompt_runs, prompt_len)
         self.seq_id = seq_id
         self.prompt_len = prompt_len
         self.max_tokens = max_tokens
@@ -104,6 +105,10 @@ class Sequence:
         """Async scheduling: tokens scheduled in batches not yet applied."""
         self.stale = 0
         """Async scheduling: in-flight tokens whose output predates a preemption."""
+        self.mm_items = _checked_items(seq_id, mm_items, prompt_len)
+        """The prompt's multimodal items, in prompt order (``MMItem``; () for text)."""
+        self.mm_end = mm_items[-1][0] + mm_items[-1][1] if mm_items else 0
+        """Where the last item ends (0: no items): past it no encoder work is left."""
 
     @property
     def num_output(self) -> int:
@@ -122,3 +127,30 @@ class Sequence:
             f"computed={self.num_computed}/{self.num_tokens}, blocks={self.num_blocks}, "
             f"out={self.num_output}/{self.max_tokens})"
         )
+
+
+def _check_runs(seq_id: Hashable, runs: PromptRuns | None, prompt_len: int) -> None:
+    """A ValueError naming the sequence unless ``runs`` are runs of >= 1 tokens adding up to
+    ``prompt_len`` (or None)."""
+    if runs is not None and (sum(n for _, n in runs) != prompt_len or min(n for _, n in runs) < 1):
+        raise ValueError(
+            f"prompt_runs of {seq_id!r} must be runs of >= 1 tokens adding up to "
+            f"prompt_len {prompt_len}"
+        )
+
+
+def _checked_items(
+    seq_id: Hashable, items: tuple[MMItem, ...], prompt_len: int
+) -> tuple[MMItem, ...]:
+    """``items`` if they are placeholder runs of >= 1 tokens inside the prompt, in order and
+    not overlapping; else a ValueError naming the sequence."""
+    end = 0
+    for offset, length, _ in items:
+        if offset < end or length < 1 or offset + length > prompt_len:
+            raise ValueError(
+                f"mm_items of {seq_id!r}: item ({offset}, {length}) must start at or after "
+                f"{end} (items in prompt order, not overlapping) and end within prompt_len "
+                f"{prompt_len}"
+            )
+        end = offset + length
+    return tuple(items)

@@ -7,20 +7,18 @@ recorded traces).
 
 The flags, and what each changes:
 
-- ``admit_after_preemption``: admit waiting sequences in a step that preempted someone (the
-  spec does; vLLM does not);
-- ``reserve_full_isl``: admit a sequence only if blocks for all its known tokens are free,
-  not only for its first chunk;
-- ``long_prefill_token_threshold``: most tokens of one sequence per step, only while more than
-  one sequence runs or waits as the step starts (0: no cap);
+- ``admit_after_preemption``: admit in a step that preempted someone (spec: yes; vLLM: no);
+- ``reserve_full_isl``: admit only if blocks for all known tokens are free, not only a chunk's;
+- ``long_prefill_token_threshold``: most tokens of a sequence per step while more than one
+  runs or waits as the step starts (0: no cap);
 - ``priority``: the waiting queue is a heap on ``(priority, arrival)`` and the victim is the
   running sequence with the largest such key (dropped from the plan if already in it);
 - ``enable_prefix_caching``: an admitted sequence starts from its prefix-cache hit;
 - ``num_speculative_tokens``: speculative decoding, ``k`` drafts verified per decode step
   (``speculation.py``; ``accept`` says how many are accepted; none past ``max_model_len``);
 - ``async_scheduling``: step ``n + 1`` is planned before step ``n`` is applied
-  (``speculation.py``): ``schedule()`` may be called again before ``update()``, which then
-  applies the oldest plan.
+  (``speculation.py``): ``schedule()`` may run again before ``update()`` applies the oldest;
+- ``encoder``: multimodal items' encoder work in the step (``encoder_inputs.py``).
 
 A plain object with no clock, randomness or I/O: the engine calls ``schedule()``, times the step
 with the cost model, then calls ``update()`` (or the fast path of ``fast_step.py``: same steps).
@@ -33,27 +31,18 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
+from simulator.scheduling.encoder_inputs import EncoderInputs
 from simulator.scheduling.fast_step import FastSteps
 from simulator.scheduling.intake import Intake
 from simulator.scheduling.interface import Acceptor, ManySampler, Sampler, Scheduler, StepPlan
 from simulator.scheduling.kv_manager import KVManager
 from simulator.scheduling.preemption import Preemption
+from simulator.scheduling.presets import PRESETS
 from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
 from simulator.scheduling.sequence import Sequence, SequenceStatus
 from simulator.scheduling.speculation import Speculation
 from simulator.scheduling.swap_space import SwapSpace
 from simulator.scheduling.tier_loads import TierLoads
-
-PRESETS: dict[str, dict[str, bool]] = {
-    "spec": {},
-    "vllm-v1": {
-        "admit_after_preemption": False,
-        "reserve_full_isl": True,
-        "enable_prefix_caching": True,
-    },
-}
-"""The built-in policies as flags of ``StepScheduler`` (the constructor's defaults are
-``spec``'s); docs/scheduler.md."""
 
 
 def positive(name: str, value: int) -> int:
@@ -87,6 +76,7 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         accept: Acceptor | None = None,
         async_scheduling: bool = False,
         max_model_len: int = 0,
+        encoder: EncoderInputs | None = None,
     ) -> None:
         self.max_model_len = max_model_len
         size = positive("num_blocks", num_blocks), positive("block_size", block_size)
@@ -125,6 +115,7 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         self._init_fast(StepScheduler)
         self._loading: set[Sequence] = set()  # holding blocks while their KV loads from a tier
         self.swap: SwapSpace | None = None  # swap preemption's (``enable_swap``), or None
+        self.encoder = encoder  # multimodal items' encoder budget and cache, or None (text)
 
     @classmethod
     def vllm_v1(cls, *args: Any, **flags: Any) -> StepScheduler:
@@ -202,6 +193,8 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
             budget = self._resume_swapped(plan, budget, cap)
         if (self.admit_after_preemption or not plan.preempted) and not self.num_swapped:
             self._admit(plan, budget, cap)
+        if self.encoder is not None:
+            self.encoder.end_step(plan)
         if self.async_scheduling:
             self._after_schedule(plan)
             self._in_flight.append(plan)
@@ -222,7 +215,7 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         budget = self.max_num_batched_tokens
         running, blocks = self._running, self.blocks
         limit, caching = blocks.block_size, blocks.caching
-        special, prefill = self._special, False
+        special, prefill, enc = self._special, False, self.encoder
         # an index loop, because preemption shortens ``running`` under our feet
         i = 0
         while i < len(running) and budget > 0:
@@ -238,6 +231,9 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
                 n = cap
             if n > budget:
                 n = budget
+            if enc is not None and c < seq.mm_end and not (n := enc.plan_chunk(seq, c, n)):
+                i += 1  # an item's encoder output cannot be had: vLLM skips the sequence
+                continue
             # the common case, a decode inside its last block, needs no new block: no call
             if c + n > seq.num_blocks * limit:
                 fits, refund, dropped = self._make_room(seq, n, plan)
@@ -247,6 +243,8 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
                     continue  # it preempted itself: running got shorter, the index stays
             elif caching and (c + n) // limit > blocks.cached.get(seq, 0):
                 blocks.cache_full(seq, c + n)  # no new block, but the step fills one
+            if enc is not None:
+                enc.commit(seq)
             plan.seqs.append(seq)
             plan.num_new_tokens.append(n)
             plan.context_lens.append(c)
@@ -294,7 +292,7 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         # vLLM pads a one-token admission to 1 + k rows unless a prefill chunk runs
         pad = k and not self._prefill_planned
         num_running, skipped = len(plan.seqs), []
-        offload = blocks.offload
+        offload, enc = blocks.offload, self.encoder
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             seq = waiting[0]
             if seq.stale:  # async: its output from before the preemption is in flight
@@ -318,9 +316,14 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
                 n = cap
             if n > budget:
                 n = budget
-            if reserve and blocks.num_needed(seq, seq.num_tokens, hits) > blocks.num_free:
-                break
-            if not (blocks.admit(seq, start + n, hits) if hits else blocks.grow(seq, start + n)):
+            if enc is not None and start < seq.mm_end and not (n := enc.plan_chunk(seq, start, n)):
+                skipped.append(waiting.pop())  # vLLM 0.33 skips it this step, keeping its place
+                continue
+            if (reserve and blocks.num_needed(seq, seq.num_tokens, hits) > blocks.num_free) or not (
+                blocks.admit(seq, start + n, hits) if hits else blocks.grow(seq, start + n)
+            ):
+                if enc is not None and seq.mm_items:  # its cache references go, as in vLLM
+                    enc.drop(seq, preempted=True)
                 break
             waiting.pop()
             running.append(seq)
@@ -333,6 +336,8 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
             plan.context_lens.append(start)
             plan.num_admitted += 1
             budget -= n
+            if enc is not None:
+                enc.commit(seq)
             if padded:
                 plan.drafts[seq] = k
         for seq in reversed(skipped):
@@ -389,5 +394,7 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         else:
             self._running.remove(seq)
             self.blocks.free(seq)
+        if self.encoder is not None and seq.mm_items:
+            self.encoder.drop(seq)
         if self.keep_finished:
             self.finished.append(seq)

@@ -35,7 +35,7 @@ REQUEST_FIELDS = (
 )
 STEP_FIELDS = ("scheduled", "preempted", "cached", "finished", "free_blocks")
 POLICIES = ("fcfs", "priority")
-KINDS = ("plain", "spec", "async", "async_spec")
+KINDS = ("plain", "spec", "async", "async_spec", "mm")
 SPEC_CONFIG_FIELDS = (
     "num_speculative_tokens",
     "speculative_method",
@@ -43,6 +43,13 @@ SPEC_CONFIG_FIELDS = (
     "acceptance_rate",
 )
 SPEC_STEP_FIELDS = ("scheduled", "spec", "preempted", "cached", "accepted", "finished")
+MM_CONFIG_FIELDS = (
+    "max_num_encoder_input_tokens",
+    "encoder_cache_size",
+    "disable_chunked_mm_input",
+    "mm_distinct_items",
+)
+MM_STEP_FIELDS = (*STEP_FIELDS, "encoder", "encoder_freed", "encoder_free_slots")
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,8 @@ class Request:
     block_hashes: tuple[int, ...]
     accept: tuple[int, ...] = ()
     """Spec-decode kinds: drafts the fake model accepts at each output count."""
+    mm: tuple[tuple[int, int, str], ...] = ()
+    """Kind ``mm``: the prompt's items, ``(offset, length, content hash)`` in prompt order."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,7 @@ class Case:
     steps: tuple[dict[str, Any], ...]
     """The recorded steps (kinds plain and spec) or engine-loop calls (async kinds)."""
     kind: str = "plain"
-    """``plain``, ``spec``, ``async`` or ``async_spec`` (tools/vllm_recorder/README.md)."""
+    """``plain``, ``spec``, ``async``, ``async_spec`` or ``mm`` (tools/vllm_recorder/README.md)."""
 
 
 class _Bad(Exception):
@@ -189,6 +198,16 @@ def _typed(value: Any, where: str, kind: type, minimum: int | None = None) -> An
 
 
 def _config(value: Any, case_kind: str) -> dict[str, Any]:
+    if case_kind == "mm":
+        obj = _object(value, "config", list(CONFIG_FIELDS) + list(MM_CONFIG_FIELDS))
+        for key in MM_CONFIG_FIELDS:
+            if key == "disable_chunked_mm_input":
+                _typed(obj[key], f"config.{key}", bool)
+            else:
+                _typed(obj[key], f"config.{key}", int, 1)
+        return _config({k: obj[k] for k in CONFIG_FIELDS}, "plain") | {
+            k: obj[k] for k in MM_CONFIG_FIELDS
+        }
     extra = list(SPEC_CONFIG_FIELDS) if case_kind != "plain" else []
     obj = _object(value, "config", list(CONFIG_FIELDS) + extra)
     if extra:
@@ -210,7 +229,9 @@ def _config(value: Any, case_kind: str) -> dict[str, Any]:
 def _request(value: Any, i: int, config: dict[str, Any]) -> Request:
     where = f"requests[{i}]"
     k = config.get("num_speculative_tokens")
-    obj = _object(value, where, REQUEST_FIELDS if k is None else (*REQUEST_FIELDS, "accept"))
+    mm = "encoder_cache_size" in config
+    extra = ("accept",) if k is not None else ("mm",) if mm else ()
+    obj = _object(value, where, (*REQUEST_FIELDS, *extra))
     block_size = config["block_size"]
     if obj["id"] != str(i):
         raise _Bad(f"field '{where}.id': expected {str(i)!r} (the list index), got {obj['id']!r}")
@@ -238,7 +259,25 @@ def _request(value: Any, i: int, config: dict[str, Any]) -> Request:
             raise _Bad(f"field '{where}.accept[{j}]': {a} is above num_speculative_tokens {k}")
     if k and len(accept) != max_tokens:
         raise _Bad(f"field '{where}.accept': {len(accept)} entries, expected max_tokens")
-    return Request(arrival, prompt, max_tokens, eos_at, priority, tuple(hashes), tuple(accept))
+    items = _items(obj["mm"], where, prompt) if mm else ()
+    return Request(
+        arrival, prompt, max_tokens, eos_at, priority, tuple(hashes), tuple(accept), items
+    )
+
+
+def _items(value: Any, where: str, prompt_len: int) -> tuple[tuple[int, int, str], ...]:
+    """A request's ``mm`` items: placeholder runs in prompt order inside the prompt."""
+    items, end = [], 0
+    for j, item in enumerate(_typed(value, f"{where}.mm", list)):
+        at = f"{where}.mm[{j}]"
+        obj = _object(item, at, ("offset", "length", "hash"))
+        offset = _typed(obj["offset"], f"{at}.offset", int, end)
+        length = _typed(obj["length"], f"{at}.length", int, 1)
+        if offset + length > prompt_len:
+            raise _Bad(f"field '{at}.length': ends past prompt_len {prompt_len}")
+        items.append((offset, length, _typed(obj["hash"], f"{at}.hash", str)))
+        end = offset + length
+    return tuple(items)
 
 
 def _call(value: Any, k: int, num_requests: int) -> None:
@@ -254,9 +293,15 @@ def _call(value: Any, k: int, num_requests: int) -> None:
 
 def _step(value: Any, k: int, num_requests: int, kind: str = "plain") -> dict[str, Any]:
     where = f"steps[{k}]"
-    fields = STEP_FIELDS if kind == "plain" else (*SPEC_STEP_FIELDS, "free_blocks")
+    fields = {"plain": STEP_FIELDS, "mm": MM_STEP_FIELDS}.get(
+        kind, (*SPEC_STEP_FIELDS, "free_blocks")
+    )
     obj = _object(value, where, fields)
-    for part in ("spec", "accepted") if kind != "plain" else ():
+    if kind == "mm":
+        _typed(obj["encoder"], f"{where}.encoder", dict)
+        _typed(obj["encoder_freed"], f"{where}.encoder_freed", list)
+        _typed(obj["encoder_free_slots"], f"{where}.encoder_free_slots", int, 0)
+    for part in ("spec", "accepted") if kind not in ("plain", "mm") else ():
         for rid, n in _typed(obj[part], f"{where}.{part}", dict).items():
             _typed(n, f"{where}.{part}.{rid}", int, 0)
 

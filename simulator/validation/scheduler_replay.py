@@ -10,7 +10,9 @@ after the first step at or past the last arrival that leaves no work.
 
 Speculative-decoding cases (kind ``spec``) replay the same way, with the case's ``k`` and the
 recorded acceptance scripts as the acceptor (tools/vllm_recorder/README.md); async cases
-replay the engine loop's calls (``scheduler_calls.py``).
+replay the engine loop's calls (``scheduler_calls.py``); multimodal cases (kind ``mm``) with
+the case's encoder budget and cache, comparing each step's encoder inputs, evictions and free
+encoder-cache room too.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.scheduling.interface import Acceptor, ManySampler, Sampler, Scheduler
+from simulator.scheduling.encoder_inputs import EncoderInputs
+from simulator.scheduling.interface import Acceptor, ManySampler, Sampler, Scheduler, StepPlan
 from simulator.scheduling.sequence import Sequence
 from simulator.scheduling.step_scheduler import StepScheduler
 from simulator.validation.scheduler_calls import replay_calls
@@ -31,6 +34,11 @@ from simulator.validation.scheduler_cases import Case, check_steps, read_cases
 EOS = 50256
 OUT_TOKEN0 = 100_000
 REPLAY_POLICIES = ("spec", "vllm-v1")
+MM_SCHEDULER_KEYS = (
+    "max_num_encoder_input_tokens",
+    "encoder_cache_size",
+    "disable_chunked_mm_input",
+)
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,7 @@ def make_replay_scheduler(
         accept=accept,
         async_scheduling=c.get("async_scheduling", False),
         max_model_len=c["max_model_len"],
+        encoder=EncoderInputs(*(c[k] for k in MM_SCHEDULER_KEYS)) if case.kind == "mm" else None,
     )
 
 
@@ -122,7 +131,14 @@ def case_sequences(case: Case) -> list[Sequence]:
         if tail:
             runs.append((own + i, tail))
         seqs.append(
-            Sequence(i, r.prompt_len, r.max_tokens, priority=r.priority, prompt_runs=tuple(runs))
+            Sequence(
+                i,
+                r.prompt_len,
+                r.max_tokens,
+                priority=r.priority,
+                prompt_runs=tuple(runs),
+                mm_items=r.mm,
+            )
         )
     return seqs
 
@@ -142,7 +158,7 @@ def replay(case: Case, policy: str, fast: bool = False) -> list[dict[str, Any]]:
         first = len(seq.output)
         return [EOS if eos_at[i] == p else OUT_TOKEN0 + i for p in range(first, first + k)]
 
-    many = sample_many if fast and case.kind in ("plain", "async") else None
+    many = sample_many if fast and case.kind in ("plain", "async", "mm") else None
     sched = make_replay_scheduler(case, policy, sample, many, script_acceptor(case))
     seqs = case_sequences(case)
     arrivals: dict[int, list[Sequence]] = {}
@@ -157,13 +173,13 @@ def replay(case: Case, policy: str, fast: bool = False) -> list[dict[str, Any]]:
     for k in range(limit):
         for seq in arrivals.get(k, ()):
             sched.add(seq)
-        steps.append(_replay_step(sched, fast, case.kind != "plain"))
+        steps.append(_replay_step(sched, fast, case.kind))
         if k >= last and not sched.has_work():
             return steps
     raise RuntimeError(f"{case.name}: no end after {limit} steps (scheduler made no progress)")
 
 
-def _replay_step(sched: Scheduler, fast: bool, spec: bool = False) -> dict[str, Any]:
+def _replay_step(sched: Scheduler, fast: bool, kind: str = "plain") -> dict[str, Any]:
     """One step, planned and applied, as a recorded step is written (ids: list indices)."""
     plan = sched.fast_step() if fast else None
     if plan is None:
@@ -186,10 +202,20 @@ def _replay_step(sched: Scheduler, fast: bool, spec: bool = False) -> dict[str, 
         "finished": [str(i) for i in sorted(s.seq_id for s in done)],  # type: ignore[type-var]
         "free_blocks": sched.num_blocks - sched.num_blocks_used,
     }
-    if spec:
+    if kind == "mm":
+        _encoder_fields(sched, plan, step)
+    elif kind != "plain":
         step["spec"] = {str(s.seq_id): d for s, d in plan.drafts.items()}
         step["accepted"] = {str(s.seq_id): a for s, a in plan.accepted.items()}
     return step
+
+
+def _encoder_fields(sched: Scheduler, plan: StepPlan, step: dict[str, Any]) -> None:
+    """A multimodal step's encoder inputs, evictions and free encoder-cache room."""
+    assert isinstance(sched, StepScheduler) and sched.encoder is not None
+    step["encoder"] = {str(s.seq_id): items for s, items in (plan.encoder or {}).items()}
+    step["encoder_freed"] = sorted(str(h) for h in plan.encoder_freed or ())
+    step["encoder_free_slots"] = sched.encoder.cache.num_free_slots
 
 
 def first_divergence(case: Case, got: list[dict[str, Any]]) -> Divergence | None:

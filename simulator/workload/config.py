@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from simulator.workload.multimodal import MultimodalConfig
 from simulator.workload.rate_schedule import schedule_check
 
 
@@ -298,6 +299,10 @@ class WorkloadConfig(_Model):
     priority: PriorityDraw | None = None
     """Synthetic only: draw each request's priority; None = all 0 (a CSV trace may carry a
     ``priority`` column)."""
+    multimodal: MultimodalConfig | None = None
+    """Synthetic only: images in each prompt, priced by the model's vision encoder and
+    scheduled against ``scheduler.max_num_encoder_input_tokens`` (docs/multimodal.md); None:
+    text only."""
 
     @field_validator("max_concurrency_schedule")
     @classmethod
@@ -325,7 +330,7 @@ class WorkloadConfig(_Model):
             raise ValueError("give max_concurrency or max_concurrency_schedule, not both")
         given = [
             k
-            for k in (*_SYNTHETIC_KEYS, "shared_prefix", "priority")
+            for k in (*_SYNTHETIC_KEYS, "shared_prefix", "priority", "multimodal")
             if getattr(self, k) is not None
         ]
         if self.trace is not None and given:

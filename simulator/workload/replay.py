@@ -38,6 +38,7 @@ def replay(cfg: TraceConfig) -> Workload:
         notes=full.notes,
         priority=None if full.priority is None else full.priority[index],
         prompt_runs=None if full.prompt_runs is None else full.prompt_runs.take(index),
+        mm=None if full.mm is None else full.mm.take(index),
     )
 
 

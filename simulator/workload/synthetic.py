@@ -16,6 +16,7 @@ from simulator.workload.config import (
     WorkloadConfig,
 )
 from simulator.workload.inputs import existing_file
+from simulator.workload.multimodal import place_items
 from simulator.workload.shared_prefix import draw_priorities, shared_prefix_prompts
 from simulator.workload.traces import read_length_column
 from simulator.workload.workload import Workload
@@ -36,8 +37,9 @@ def draw(cfg: WorkloadConfig, seed: np.random.SeedSequence) -> Workload:
     # The validator guarantees these for a synthetic workload; re-checked for mypy.
     assert cfg.num_requests is not None and cfg.arrival is not None
     assert cfg.prompt_len is not None and cfg.output_len is not None
-    rng_arrival, rng_prompt, rng_output, rng_user, rng_priority = (
-        np.random.default_rng(s) for s in _streams(seed, 5)
+    # a sixth stream for multimodal placement: the first five are the same with or without it
+    rng_arrival, rng_prompt, rng_output, rng_user, rng_priority, rng_mm = (
+        np.random.default_rng(s) for s in _streams(seed, 6)
     )
     n = cfg.num_requests
     prompt, prompt_notes = _lengths(cfg.prompt_len, n, rng_prompt, "prompt_len")
@@ -46,6 +48,12 @@ def draw(cfg: WorkloadConfig, seed: np.random.SeedSequence) -> Workload:
     if cfg.shared_prefix is not None:  # prompt_len drew the questions
         prompt, runs = shared_prefix_prompts(cfg.shared_prefix, prompt, output, rng_user)
     priority = None if cfg.priority is None else draw_priorities(cfg.priority, n, rng_priority)
+    mm, mmc = None, cfg.multimodal
+    if mmc is not None and mmc.items_per_request:
+        if runs is not None:
+            raise ValueError("multimodal with shared_prefix is not simulated (docs/not-modeled.md)")
+        assert mmc.tokens_per_item is not None, "resolve the scenario first (tokens_per_item)"
+        prompt, mm = place_items(mmc, prompt, mmc.tokens_per_item, rng_mm)
     return Workload(
         arrival_s=arrival_times(cfg.arrival, n, rng_arrival),
         prompt_len=prompt,
@@ -53,6 +61,7 @@ def draw(cfg: WorkloadConfig, seed: np.random.SeedSequence) -> Workload:
         notes=prompt_notes + output_notes,
         priority=priority,
         prompt_runs=runs,
+        mm=mm,
     )
 
 

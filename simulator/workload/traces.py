@@ -1,21 +1,17 @@
 """Readers for request traces (Azure 2023 CSV, Mooncake JSONL, plain CSV, token-id JSONL) and
 length columns. Token identity (for the prefix cache): Mooncake's ``hash_ids``, a CSV's
-optional ``hash_ids`` column (``hash_ids.py``), token ids (``token_traces.py``).
-
-Every reader returns a :class:`~simulator.workload.Workload` on the trace's own time axis,
-rebased so the earliest request arrives at 0 s; ``time_scale``, the time window and
-``max_requests`` are applied later by :func:`simulator.workload.generate`.
-
+optional ``hash_ids`` column (``hash_ids.py``), token ids (``token_traces.py``); images: a
+CSV's ``mm_*`` columns (``trace_images.py``). Every reader returns a ``Workload`` on the
+trace's own time axis, rebased so the earliest request arrives at 0 s; ``time_scale``, the
+time window and ``max_requests`` are applied later by :func:`simulator.workload.generate`.
 Policy for odd rows (documented in ``docs/workloads.md``):
-
 * unparsable number, missing value or column, non-integer or negative length, a length above
-  :data:`MAX_TOKENS` or an arrival time beyond :data:`MAX_ARRIVAL_S`, a CSV row with more
-  fields than the header, a required column named twice, bad JSON or a repeated JSON key:
-  :class:`~simulator.errors.InputError` ``"FILE:LINE: reason"`` (header = line 1);
-* a length of 0: raised to 1, counted in ``Workload.notes``;
+  ``MAX_TOKENS`` or an arrival time beyond ``MAX_ARRIVAL_S``, a CSV row with more fields than
+  the header, a required column named twice, bad JSON or a repeated JSON key: ``InputError``
+  ``"FILE:LINE: reason"`` (header = line 1); a length of 0: raised to 1, in ``Workload.notes``;
 * arrivals out of order: rows sorted stably by arrival time, counted in ``Workload.notes``;
-* blank (or whitespace-only) lines: ignored (line numbers still count them);
-* a UTF-8 byte-order mark and CRLF or CR line endings are accepted.
+* blank (or whitespace-only) lines: ignored (line numbers still count them); a UTF-8
+  byte-order mark and CRLF or CR line endings are accepted.
 """
 
 from __future__ import annotations
@@ -33,8 +29,10 @@ from simulator.errors import InputError
 from simulator.registry import Registry
 from simulator.workload.csv_table import CsvTable, Where, check_range, existing_file
 from simulator.workload.hash_ids import check_json_ids, parse_cell, runs_from_hash_ids
+from simulator.workload.multimodal import MMItems
 from simulator.workload.prompt_runs import PromptRuns
 from simulator.workload.token_traces import read_token_trace
+from simulator.workload.trace_images import IMAGE_COLUMNS, trace_images
 from simulator.workload.workload import Workload
 
 __all__ = [
@@ -53,7 +51,7 @@ TraceFormat = str
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 CSV_COLUMNS = ("arrival_s", "prompt_len", "output_len")
-CSV_OPTIONAL = ("priority", "hash_ids")
+CSV_OPTIONAL = ("priority", "hash_ids", *IMAGE_COLUMNS)
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
 #: Largest token count a trace may hold (2**31 - 1); larger values are errors, not clamped.
 MAX_TOKENS = 2**31 - 1
@@ -68,8 +66,7 @@ TraceReader = Callable[[str | Path, int], Workload]
 
 def read_trace(path: str | Path, fmt: TraceFormat, hash_block_tokens: int = 512) -> Workload:
     """Read a trace file of format ``fmt`` (``TRACE_READERS``: "azure", "mooncake", "csv",
-    "llmservingsim", or a reader by import path); each hash id covers ``hash_block_tokens``
-    prompt tokens."""
+    "llmservingsim", or by import path); each hash id covers ``hash_block_tokens`` tokens."""
     try:
         reader = TRACE_READERS.resolve(fmt)
     except ValueError as err:
@@ -131,7 +128,7 @@ def read_azure(path: str | Path) -> Workload:
 def read_csv_trace(path: str | Path, hash_block_tokens: int = 512) -> Workload:
     """Plain CSV with header ``arrival_s, prompt_len, output_len`` (seconds, tokens, tokens)
     and optional ``priority`` (integer, lower first) and ``hash_ids`` (ids separated by
-    spaces, each ``hash_block_tokens`` prompt tokens) columns."""
+    spaces, each ``hash_block_tokens`` prompt tokens) columns, and images (``trace_images``)."""
     table = CsvTable.load(path, CSV_COLUMNS, _hint, CSV_OPTIONAL)
     arrival_s = _seconds(table, "arrival_s")
     prompt = _lengths(table, "prompt_len")
@@ -146,7 +143,7 @@ def read_csv_trace(path: str | Path, hash_block_tokens: int = 512) -> Workload:
         cells = table.frame["hash_ids"].tolist()
         ids = [parse_cell(c, partial(fail, row)) for row, c in enumerate(cells)]
         runs = runs_from_hash_ids(ids, prompt, hash_block_tokens, fail)
-    return _finish(arrival_s, prompt, output, table, priority, runs)
+    return _finish(arrival_s, prompt, output, table, priority, runs, trace_images(table, prompt))
 
 
 def read_token_ids(path: str | Path) -> Workload:
@@ -361,6 +358,7 @@ def _finish(
     where: Where,
     priority: np.ndarray | None = None,
     runs: PromptRuns | None = None,
+    mm: MMItems | None = None,
 ) -> Workload:
     notes: list[str] = []
     backwards = int(np.count_nonzero(np.diff(arrival_s) < 0))
@@ -369,6 +367,7 @@ def _finish(
         arrival_s, prompt, output = arrival_s[order], prompt[order], output[order]
         priority = priority[order] if priority is not None else None
         runs = runs.take(order) if runs is not None else None
+        mm = mm.take(order) if mm is not None else None
         notes.append(
             f"{where.path}: {backwards} rows arrive before the row above them; "
             "rows sorted by arrival time (stable)"
@@ -384,6 +383,7 @@ def _finish(
         notes=tuple(notes),
         priority=priority,
         prompt_runs=runs,
+        mm=mm,
     )
 
 

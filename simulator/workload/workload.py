@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.workload.multimodal import MMItems
 from simulator.workload.prompt_runs import PromptRuns
 
 
@@ -26,6 +27,9 @@ class Workload:
     prompt_runs: PromptRuns | None = None
     """Token identity of the prompts (what a prefix cache can hit); None = every prompt
     unique."""
+    mm: MMItems | None = None
+    """Multimodal items in the prompts (their placeholders counted in ``prompt_len``); None =
+    text only."""
 
     def __post_init__(self) -> None:
         arrays = {
