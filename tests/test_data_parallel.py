@@ -12,9 +12,10 @@ import pytest
 from simulator.cost.batch import Batch
 from simulator.cost.presets import derive_num_blocks, load_hardware, load_model
 from simulator.engine.dp_balancer import DPBalancer
-from simulator.engine.lockstep import DUMMY_BATCH
+from simulator.engine.lockstep import DUMMY_BATCH, LockstepServer
 from simulator.errors import InputError
 from simulator.runner import resolve, run
+from simulator.scheduling.sequence import Sequence
 from tests.paths import DATA
 
 QWEN = str(DATA / "llmservingsim" / "models" / "Qwen3-30B-A3B-Instruct-2507.json")
@@ -89,6 +90,27 @@ def test_each_step_lasts_as_long_as_the_slowest_rank_and_idle_ranks_run_dummy_st
     assert with_dummy and any(max(t) > dummy for t in with_dummy)
     # ranks differ: a step's time is the max, more than some rank's own
     assert sum(1 for t in server.rank_durations if t[0] != t[1]) > len(steps) / 2
+
+
+def test_the_ranks_in_lockstep_read_as_one_server_does() -> None:
+    """DP ranks are a ``ServerShape`` as a single server is: what a cluster or a simulation
+    reads of them is their sum, refusals and finishes go through the same records."""
+    sim, result = _lockstep_run(2)
+    server = sim.server
+    assert isinstance(server, LockstepServer)  # built once: no single Server thrown away
+    ranks = server.ranks
+    assert server.num_blocks == sum(r.num_blocks for r in ranks)
+    assert server.block_size == ranks[0].block_size
+    assert not server.has_work() and server.num_running == server.num_waiting == 0
+    assert server.num_blocks_used == sum(r.num_blocks_used for r in ranks)
+    assert server.num_sampled == int(result.requests["output_len"].sum())
+    steps = result.steps
+    assert server.busy_until == pytest.approx((steps["start_s"] + steps["duration_s"]).max())
+    assert server.balancer.in_flight == [0, 0]  # every finish told the balancer
+    huge = Sequence(10_000, server.num_blocks * server.block_size, 5)
+    assert server.rejection_reason(huge) is not None
+    assert server.submit(huge) is False
+    assert sim.recorder.rejected[-1][0] == 10_000
 
 
 def test_every_request_is_served_once_by_one_rank() -> None:

@@ -3,8 +3,6 @@ arriving with their prompt computed elsewhere)."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 from mypy_extensions import mypyc_attr, trait
 
 from simulator.scheduling.kv_manager import KVManager
@@ -22,7 +20,7 @@ class Intake:
     """Most tokens a request may ask for, prompt and output together, as vLLM's server
     refuses more (``scheduler.max_model_len``; 0: no limit)."""
     waiting: FCFSQueue | PriorityQueue
-    _known: set[Hashable]
+    _known: set[int]
     _num_added: int
     # the last sequence ``rejection_reason`` found to fit: the engine asks before every
     # ``add``, which need not work it out again
