@@ -125,7 +125,8 @@ def test_no_cycle_between_rooms_type_checking_included() -> None:
 def test_room_of_names_the_subpackage() -> None:
     assert room_of("simulator.cost.calibration.shape") == "simulator.cost"
     assert room_of("simulator.cost") == "simulator.cost"
-    assert room_of("simulator.runner") == "simulator.runner"
+    assert room_of("simulator.scenario.runner") == "simulator.scenario"
+    assert room_of("simulator.registry") == "simulator.registry"
 
 
 def test_find_cycle_reports_the_cycle() -> None:

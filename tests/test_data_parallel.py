@@ -14,7 +14,7 @@ from simulator.cost.presets import derive_num_blocks, load_hardware, load_model
 from simulator.engine.dp_balancer import DPBalancer
 from simulator.engine.lockstep import DUMMY_BATCH, LockstepServer
 from simulator.errors import InputError
-from simulator.runner import resolve, run
+from simulator.scenario.runner import resolve, run
 from simulator.scheduling.sequence import Sequence
 from tests.paths import DATA
 
@@ -68,8 +68,8 @@ def _scenario(dp: int | None, **extra: Any) -> dict[str, Any]:
 
 
 def _lockstep_run(dp: int) -> tuple[Any, Any]:
-    from simulator.dp_scenario import build_dp_simulation
-    from simulator.runner import build
+    from simulator.scenario.parallel import build_dp_simulation
+    from simulator.scenario.runner import build
 
     cfg = resolve(_scenario(dp))
     workload, _ = build(cfg)
@@ -341,9 +341,9 @@ def test_roofline_expert_parallelism_by_hand() -> None:
 
 
 def test_the_moe_deployment_scenario_runs_dp_and_ep_on_the_roofline() -> None:
-    from simulator.config import load_scenario
-    from simulator.dp_scenario import build_dp_simulation
-    from simulator.runner import build
+    from simulator.scenario.config import load_scenario
+    from simulator.scenario.parallel import build_dp_simulation
+    from simulator.scenario.runner import build
     from tests.paths import ROOT
 
     path = ROOT / "scenarios" / "moe-deployment.yaml"
@@ -406,8 +406,8 @@ def test_data_parallel_ranks_inside_a_cluster_are_refused_in_one_line(
 def _admissions_at_a_finish(exact_async: bool) -> tuple[int, int]:
     """(waiting requests first scheduled in the step that starts as a request of their rank
     finishes, waiting requests in all) of a run whose ranks' slots are always full."""
-    from simulator.dp_scenario import build_dp_simulation
-    from simulator.runner import build
+    from simulator.scenario.parallel import build_dp_simulation
+    from simulator.scenario.runner import build
 
     data = _scenario(2, serving={"async_scheduling": True})
     data["scheduler"].update(policy="vllm-v1", max_num_seqs=2, async_scheduling=exact_async)

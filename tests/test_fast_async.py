@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import simulator.runner
+import simulator.scenario.runner
 from simulator.scheduling import Sequence, StepScheduler
 from simulator.scheduling.interface import StepPlan
 from tests import test_fast_path_props as props
@@ -208,8 +208,8 @@ def test_an_async_run_gives_the_tables_of_the_plain_path(variant: str) -> None:
         cfg["serving"] = {"step_cpu_ms": 2.5, "step_cpu_per_seq_us": 40.0}
     elif variant == "block-of-1":
         sched.update(block_size=1, num_blocks=4000)
-    fast = simulator.runner.run(cfg, fast_decode=True)
-    plain = simulator.runner.run(cfg, fast_decode=False)
+    fast = simulator.scenario.runner.run(cfg, fast_decode=True)
+    plain = simulator.scenario.runner.run(cfg, fast_decode=False)
     pd.testing.assert_frame_equal(fast.requests, plain.requests, check_exact=True)
     pd.testing.assert_frame_equal(fast.steps, plain.steps, check_exact=True)
     assert fast.requests["finish_s"].notna().all()

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from simulator.config import ScenarioConfig, load_scenario, validate
 from simulator.cost import CostModel, CostModelConfig, build_cost_model
 from simulator.cost.gpus import named_gpus
 from simulator.engine.result import SimulationResult
@@ -21,7 +20,8 @@ from simulator.engine.simulation import Simulation
 from simulator.engine.step_sink import make_sink
 from simulator.engine.watch import StopRule
 from simulator.errors import DoesNotFit, InputError, in_field, warn
-from simulator.feasibility import (
+from simulator.scenario.config import ScenarioConfig, load_scenario, validate
+from simulator.scenario.feasibility import (
     check_budgets,
     check_max_model_len,
     check_nodes,
@@ -102,20 +102,20 @@ def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioC
         cfg = load_scenario(scenario)
     check_input_files(cfg.workload)
     if cfg.parallel is not None:
-        from simulator.dp_scenario import with_expert_parallel
+        from simulator.scenario.parallel import with_expert_parallel
 
         cfg = with_expert_parallel(cfg)
     if cfg.cluster is not None:
-        from simulator.cluster_scenario import resolve_cluster
+        from simulator.scenario.cluster import resolve_cluster
 
         cfg = cfg.model_copy(update={"cluster": resolve_cluster(cfg, scheduler_for)})
     cfg = cfg.model_copy(update={"scheduler": scheduler_for(cfg.scheduler, cfg.cost_model)})
     if cfg.scheduler.kv_offload is not None or cfg.cluster is not None:
-        from simulator.offload_scenario import resolve_offload
+        from simulator.scenario.offload import resolve_offload
 
         cfg = resolve_offload(cfg)  # KV tiers: their bytes per token, their memory checked
     if cfg.scheduler.preemption_mode == "swap":
-        from simulator.swap_scenario import resolve_swap
+        from simulator.scenario.swap import resolve_swap
 
         cfg = resolve_swap(cfg)  # its KV bytes and host link, its memory checked
     check_scenario_memory(cfg)  # a given num_blocks may not fit beside the weights
@@ -176,12 +176,12 @@ def run(
     started = time.perf_counter()
     with _progress_bar(len(workload), cfg.name, progress) as tick:
         if cfg.cluster is not None:
-            from simulator.cluster_scenario import build_cluster
+            from simulator.scenario.cluster import build_cluster
 
             cluster = build_cluster(cfg, workload, slo, tick, fast_decode, steps)
             return _finish(cluster.run(), cfg, workload, started)
         if cfg.parallel is not None and cfg.parallel.is_data_parallel:
-            from simulator.dp_scenario import build_dp_simulation
+            from simulator.scenario.parallel import build_dp_simulation
 
             kw = {"slo": slo, "step_sink": make_sink(steps, steps_path), "stop": stop}
             dp = build_dp_simulation(cfg, workload, tick, **kw)

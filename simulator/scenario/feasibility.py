@@ -20,8 +20,8 @@ from simulator.cost.presets import activation_peak_bytes, load_hardware, load_mo
 from simulator.errors import DoesNotFit, InputError, in_field
 
 if TYPE_CHECKING:
-    from simulator.config import ScenarioConfig
     from simulator.cost import CostModelConfig
+    from simulator.scenario.config import ScenarioConfig
     from simulator.scheduling import SchedulerConfig
 
 __all__ = [

@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from simulator.config import ScenarioConfig
 from simulator.cost import CostModel, build_cost_model
 from simulator.cost.kernels import KernelsCostConfig
 from simulator.cost.physics import PhysicsCostConfig
@@ -19,6 +18,7 @@ from simulator.engine.lockstep import DataParallelRanks
 from simulator.engine.serving import ServingConfig
 from simulator.engine.simulation import Simulation
 from simulator.errors import InputError, in_field
+from simulator.scenario.config import ScenarioConfig
 from simulator.scheduling import make_scheduler
 from simulator.workload import Workload
 
