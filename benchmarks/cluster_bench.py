@@ -55,8 +55,8 @@ def scenario(num_replicas: int, router: str) -> dict[str, Any]:
 
 def time_cluster(cfg: dict[str, Any]) -> tuple[float, Any]:
     """CPU time of the cluster's simulation and tables (workload built beforehand)."""
-    from simulator.cluster_scenario import build_cluster
-    from simulator.runner import build, resolve
+    from simulator.scenario.cluster import build_cluster
+    from simulator.scenario.runner import build, resolve
 
     resolved = resolve(cfg)
     workload, _ = build(resolved)
@@ -69,7 +69,7 @@ def time_cluster(cfg: dict[str, Any]) -> tuple[float, Any]:
 def time_shares(cfg: dict[str, Any], replica: np.ndarray) -> float:
     """Summed CPU times of single-server runs of each replica's share."""
     from simulator.engine.simulation import Simulation
-    from simulator.runner import build, resolve
+    from simulator.scenario.runner import build, resolve
     from simulator.scheduling import make_scheduler
     from simulator.workload.workload import Workload
 
@@ -107,8 +107,8 @@ def time_replayed(cfg: dict[str, Any], assigned: np.ndarray, interleaved: bool) 
     its replicas interleaved on one clock or apart; checks that the decisions held."""
     from simulator.cluster.cluster import Cluster
     from simulator.cluster.routers import ROUTERS
-    from simulator.cluster_scenario import build_cluster
-    from simulator.runner import build, resolve
+    from simulator.scenario.cluster import build_cluster
+    from simulator.scenario.runner import build, resolve
 
     ROUTERS["replayed"] = replayed_router(assigned)
     resolved = resolve({**cfg, "cluster": {**cfg["cluster"], "router": "replayed"}})
@@ -168,8 +168,8 @@ def run_day(router: str, num_requests: int) -> None:
     """Time one autoscaled day (``--steps none``: the step table is not kept) and print it."""
     import resource
 
-    from simulator.cluster_scenario import build_cluster
-    from simulator.runner import build, resolve
+    from simulator.scenario.cluster import build_cluster
+    from simulator.scenario.runner import build, resolve
 
     resolved = resolve(day_scenario(router, num_requests))
     workload, _ = build(resolved)

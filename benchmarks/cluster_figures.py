@@ -16,8 +16,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 import simulator
-from simulator.config import apply_overrides, read_yaml
 from simulator.engine.result import SimulationResult
+from simulator.scenario.config import apply_overrides, read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT.parent / "shared" / "data" / "azure2023_conv.csv"

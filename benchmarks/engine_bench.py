@@ -77,7 +77,7 @@ def with_policy(scenario: dict[str, Any], policy: str) -> dict[str, Any]:
 def bare_loop(scenario: dict[str, Any]) -> tuple[float, int]:
     """Drive only the scheduler over the same arrivals, with the same step times (no simpy,
     no Batch, no recording): the floor any engine built on this scheduler pays."""
-    from simulator.runner import build, resolve
+    from simulator.scenario.runner import build, resolve
     from simulator.scheduling import Sequence, StepScheduler
 
     cfg = resolve(scenario)
@@ -137,7 +137,7 @@ def full_run(scenario: dict[str, Any]) -> tuple[float, int, float]:
 
     from simulator.results.outdir import atomic_dir
     from simulator.results.writer import write_result
-    from simulator.runner import resolve, run
+    from simulator.scenario.runner import resolve, run
 
     cfg = resolve(scenario)
     start = time.perf_counter()

@@ -25,12 +25,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simulator.config import load_scenario, read_yaml  # noqa: E402
 from simulator.cost.learn.run import error_summary, learn  # noqa: E402
 from simulator.cost.learn.sources import default_sources_path, load_sources  # noqa: E402
 from simulator.cost.learn.steps import group_errors  # noqa: E402
 from simulator.cost.physics_params import PhysicsParams, load_params  # noqa: E402
-from simulator.runner import run as simulate  # noqa: E402
+from simulator.scenario.config import load_scenario, read_yaml  # noqa: E402
+from simulator.scenario.runner import run as simulate  # noqa: E402
 from simulator.validation.compare import STATS, compare, simulated  # noqa: E402
 from simulator.validation.measured import read_llmservingsim_summary, read_measured  # noqa: E402
 from simulator.validation.real_runs import DATA_PREFIX, RUNS, RealRun, data_overrides  # noqa: E402

@@ -24,15 +24,15 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simulator.config import ScenarioConfig, load_scenario, read_yaml  # noqa: E402
 from simulator.cost.kernel_db import measured_gpus  # noqa: E402
 from simulator.cost.learn.run import learn  # noqa: E402
 from simulator.cost.learn.sources import default_sources_path, load_sources  # noqa: E402
 from simulator.cost.physics_params import load_params  # noqa: E402
 from simulator.cost.presets import load_hardware  # noqa: E402
 from simulator.explore.uncertainty import at_scale, scenario_band  # noqa: E402
-from simulator.runner import resolve  # noqa: E402
-from simulator.runner import run as simulate  # noqa: E402
+from simulator.scenario.config import ScenarioConfig, load_scenario, read_yaml  # noqa: E402
+from simulator.scenario.runner import resolve  # noqa: E402
+from simulator.scenario.runner import run as simulate  # noqa: E402
 from simulator.validation.compare import STATS, compare, simulated  # noqa: E402
 from simulator.validation.measured import read_measured  # noqa: E402
 from simulator.validation.real_runs import DATA_PREFIX, RUNS, RealRun, data_overrides  # noqa: E402

@@ -17,6 +17,6 @@ if TYPE_CHECKING:
 
 def run(scenario: Any, *, progress: bool | None = False) -> SimulationResult:
     """Simulate a scenario (ScenarioConfig, dict or YAML path) and return its result."""
-    from simulator.runner import run as _run
+    from simulator.scenario.runner import run as _run
 
     return _run(scenario, progress=progress)

@@ -46,6 +46,7 @@ COMPILED = (
     "simulator.engine.fast_window",
     "simulator.engine.recorder",
     "simulator.engine.server",
+    "simulator.engine.server_shape",
     "simulator.engine.step_buffer",
     "simulator.engine.held",
     "simulator.engine.clock",

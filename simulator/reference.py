@@ -129,7 +129,7 @@ def render(root: type[BaseModel], prefix: str = "") -> str:
 
 def scenario_reference() -> str:
     """The generated part of docs/scenarios.md."""
-    from simulator.config import ScenarioConfig
+    from simulator.scenario.config import ScenarioConfig
 
     return f"{BEGIN}\n\n{render(ScenarioConfig)}\n{END}"
 

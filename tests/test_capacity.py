@@ -21,7 +21,7 @@ from simulator.engine.watch import StoppedEarly
 from simulator.explore.cutoff import Cutoff, percentile_past
 from simulator.explore.probe import ProbeSpec, load_for, probe_scenario
 from simulator.explore.slo import Target, make_target, parse_terms
-from simulator.runner import run
+from simulator.scenario.runner import run
 from tests.test_engine import scenario
 
 SERVICE_MS = 10.0
@@ -121,7 +121,7 @@ def test_the_cutoff_stops_only_runs_that_would_fail(target: Target) -> None:
 
 
 def validate_cfg(data: dict[str, Any]) -> Any:
-    from simulator.config import validate
+    from simulator.scenario.config import validate
 
     return validate(data, "test")
 

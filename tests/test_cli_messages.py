@@ -160,8 +160,8 @@ def test_the_readme_claim_on_fitted_presets_matches_docs_fidelity() -> None:
 def test_not_modeled_page_is_linked_and_names_what_is_missing() -> None:
     """docs/not-modeled.md, linked from the README, stays true: what it says is missing has
     no key in the scenario schema, and what it says is refused is refused."""
-    from simulator.config import ScenarioConfig
     from simulator.field_errors import fields_at
+    from simulator.scenario.config import ScenarioConfig
 
     page = (ROOT / "docs" / "not-modeled.md").read_text()
     assert "](docs/not-modeled.md)" in (ROOT / "README.md").read_text()

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from simulator.cli import main
-from simulator.runner import run
+from simulator.scenario.runner import run
 
 # Three phases of a population (rate inf: every request is due at 0, so a client sends its
 # next request the instant its last one ends): 4 clients, then 24, then 2.

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import simulator
-import simulator.runner
+import simulator.scenario.runner
 from simulator.cli import main
 from simulator.cluster.replica import Replica
 from simulator.cluster.router import Request, Router
@@ -226,8 +226,8 @@ def test_every_request_is_served_once_on_one_replica(router: str) -> None:
 def test_deferred_decode_steps_change_nothing_in_a_cluster(router: str) -> None:
     cfg = clustered({"replicas": 3, "router": router, "routing_delay_ms": 2.5})
     cfg["workload"]["arrival"]["rate"] = 20
-    fast = simulator.runner.run(cfg, fast_decode=True)
-    slow = simulator.runner.run(cfg, fast_decode=False)
+    fast = simulator.scenario.runner.run(cfg, fast_decode=True)
+    slow = simulator.scenario.runner.run(cfg, fast_decode=False)
     pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
     np.testing.assert_array_equal(fast.checksums, slow.checksums)

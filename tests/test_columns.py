@@ -12,7 +12,7 @@ import pytest
 from simulator.engine.step_sink import ParquetSink
 from simulator.metrics import STEP_COLUMNS, Columns
 from simulator.results.writer import write_table
-from simulator.runner import run
+from simulator.scenario.runner import run
 
 
 def table(status: list[str]) -> Columns:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.config import load_scenario
 from simulator.errors import InputError
+from simulator.scenario.config import load_scenario
 from tests.paths import ROOT
 
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
@@ -146,7 +146,7 @@ def test_numbers_in_exponent_notation_are_numbers(tmp_path: Path) -> None:
     """``1e3`` and ``2.5e1`` are numbers, as YAML 1.2 and every user read them (PyYAML alone
     read them as strings, and a count of ``1e3`` was "unable to parse string as an integer"),
     also in ``--set``; a quoted one stays a string, and a fractional count is still refused."""
-    from simulator.config import parse_overrides
+    from simulator.scenario.config import parse_overrides
 
     text = QUICKSTART.read_text()
     data = yaml.safe_load(text)

@@ -12,9 +12,10 @@ import pytest
 from simulator.cost.batch import Batch
 from simulator.cost.presets import derive_num_blocks, load_hardware, load_model
 from simulator.engine.dp_balancer import DPBalancer
-from simulator.engine.lockstep import DUMMY_BATCH
+from simulator.engine.lockstep import DUMMY_BATCH, LockstepServer
 from simulator.errors import InputError
-from simulator.runner import resolve, run
+from simulator.scenario.runner import resolve, run
+from simulator.scheduling.sequence import Sequence
 from tests.paths import DATA
 
 QWEN = str(DATA / "llmservingsim" / "models" / "Qwen3-30B-A3B-Instruct-2507.json")
@@ -67,8 +68,8 @@ def _scenario(dp: int | None, **extra: Any) -> dict[str, Any]:
 
 
 def _lockstep_run(dp: int) -> tuple[Any, Any]:
-    from simulator.dp_scenario import build_dp_simulation
-    from simulator.runner import build
+    from simulator.scenario.parallel import build_dp_simulation
+    from simulator.scenario.runner import build
 
     cfg = resolve(_scenario(dp))
     workload, _ = build(cfg)
@@ -89,6 +90,27 @@ def test_each_step_lasts_as_long_as_the_slowest_rank_and_idle_ranks_run_dummy_st
     assert with_dummy and any(max(t) > dummy for t in with_dummy)
     # ranks differ: a step's time is the max, more than some rank's own
     assert sum(1 for t in server.rank_durations if t[0] != t[1]) > len(steps) / 2
+
+
+def test_the_ranks_in_lockstep_read_as_one_server_does() -> None:
+    """DP ranks are a ``ServerShape`` as a single server is: what a cluster or a simulation
+    reads of them is their sum, refusals and finishes go through the same records."""
+    sim, result = _lockstep_run(2)
+    server = sim.server
+    assert isinstance(server, LockstepServer)  # built once: no single Server thrown away
+    ranks = server.ranks
+    assert server.num_blocks == sum(r.num_blocks for r in ranks)
+    assert server.block_size == ranks[0].block_size
+    assert not server.has_work() and server.num_running == server.num_waiting == 0
+    assert server.num_blocks_used == sum(r.num_blocks_used for r in ranks)
+    assert server.num_sampled == int(result.requests["output_len"].sum())
+    steps = result.steps
+    assert server.busy_until == pytest.approx((steps["start_s"] + steps["duration_s"]).max())
+    assert server.balancer.in_flight == [0, 0]  # every finish told the balancer
+    huge = Sequence(10_000, server.num_blocks * server.block_size, 5)
+    assert server.rejection_reason(huge) is not None
+    assert server.submit(huge) is False
+    assert sim.recorder.rejected[-1][0] == 10_000
 
 
 def test_every_request_is_served_once_by_one_rank() -> None:
@@ -319,9 +341,9 @@ def test_roofline_expert_parallelism_by_hand() -> None:
 
 
 def test_the_moe_deployment_scenario_runs_dp_and_ep_on_the_roofline() -> None:
-    from simulator.config import load_scenario
-    from simulator.dp_scenario import build_dp_simulation
-    from simulator.runner import build
+    from simulator.scenario.config import load_scenario
+    from simulator.scenario.parallel import build_dp_simulation
+    from simulator.scenario.runner import build
     from tests.paths import ROOT
 
     path = ROOT / "scenarios" / "moe-deployment.yaml"
@@ -384,8 +406,8 @@ def test_data_parallel_ranks_inside_a_cluster_are_refused_in_one_line(
 def _admissions_at_a_finish(exact_async: bool) -> tuple[int, int]:
     """(waiting requests first scheduled in the step that starts as a request of their rank
     finishes, waiting requests in all) of a run whose ranks' slots are always full."""
-    from simulator.dp_scenario import build_dp_simulation
-    from simulator.runner import build
+    from simulator.scenario.parallel import build_dp_simulation
+    from simulator.scenario.runner import build
 
     data = _scenario(2, serving={"async_scheduling": True})
     data["scheduler"].update(policy="vllm-v1", max_num_seqs=2, async_scheduling=exact_async)

@@ -15,7 +15,7 @@ from simulator.cost.batch import Batch
 from simulator.cost.network import NetworkConfig
 from simulator.cost.roofline import RooflineCostModel
 from simulator.errors import DoesNotFit, InputError
-from simulator.runner import resolve
+from simulator.scenario.runner import resolve
 from tests.paths import ROOT
 
 QUICKSTART = str(ROOT / "scenarios" / "quickstart.yaml")

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import simulator
-import simulator.runner
+import simulator.scenario.runner
 from simulator.cli import main
 from simulator.cluster.kv_link import KVLink
 from simulator.engine.tokens import sample, sample_many, token_for
@@ -148,8 +148,8 @@ def test_every_request_prefills_once_and_decodes_once(router: str) -> None:
 @pytest.mark.parametrize("router", ["round_robin", "least_outstanding", "least_tokens"])
 def test_deferred_decode_steps_change_nothing_when_disaggregated(router: str) -> None:
     cfg = disaggregated(prefill=1, decode=2, router=router, latency_ms=0)
-    fast = simulator.runner.run(cfg, fast_decode=True)
-    slow = simulator.runner.run(cfg, fast_decode=False)
+    fast = simulator.scenario.runner.run(cfg, fast_decode=True)
+    slow = simulator.scenario.runner.run(cfg, fast_decode=False)
     pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
     decode = fast.steps[fast.steps["replica"] >= 1]
@@ -171,7 +171,7 @@ def test_a_request_no_decode_replica_can_hold_is_rejected_before_its_prefill() -
 def test_kv_bytes_come_from_the_model_preset(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from simulator.runner import resolve
+    from simulator.scenario.runner import resolve
 
     cfg = disaggregated()
     cfg["cost_model"] = {"type": "roofline", "model": "llama-3-8b", "hardware": "h100-sxm"}

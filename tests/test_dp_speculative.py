@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator.config import validate
-from simulator.dp_scenario import build_dp_simulation, rank_acceptance_rngs
-from simulator.runner import acceptance_rng, build, resolve, run
+from simulator.scenario.config import validate
+from simulator.scenario.parallel import build_dp_simulation, rank_acceptance_rngs
+from simulator.scenario.runner import acceptance_rng, build, resolve, run
 from tests.test_speculative import BUSY, LONG, STEP_MS, expected_length, with_spec
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import simulator
-import simulator.runner
+import simulator.scenario.runner
 from simulator.engine.recorder import Recorder
 from simulator.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 from tests.paths import DATA
@@ -309,8 +309,8 @@ BLIS: dict[str, Any] = {
 )
 def test_deferred_decode_windows_change_nothing(over: dict[str, Any]) -> None:
     cfg = scenario(**over)
-    fast = simulator.runner.run(cfg, fast_decode=True)
-    slow = simulator.runner.run(cfg, fast_decode=False)
+    fast = simulator.scenario.runner.run(cfg, fast_decode=True)
+    slow = simulator.scenario.runner.run(cfg, fast_decode=False)
     pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
     np.testing.assert_array_equal(fast.checksums, slow.checksums)
@@ -338,7 +338,7 @@ def test_without_preemption_no_step_walks_the_batch(
     from simulator.scheduling import StepScheduler
 
     cfg = dict(BLIS, name="t", seed=3, scheduler=sched)
-    slow = simulator.runner.run(cfg, fast_decode=False)
+    slow = simulator.scenario.runner.run(cfg, fast_decode=False)
     calls = {"schedule": 0, "fast": 0, "stretch": 0}
     for kind, name in (
         ("schedule", "schedule"),
@@ -353,7 +353,7 @@ def test_without_preemption_no_step_walks_the_batch(
                 return _f(self, *a)
 
             monkeypatch.setattr(cls, name, counted)
-    fast = simulator.runner.run(cfg, fast_decode=True)
+    fast = simulator.scenario.runner.run(cfg, fast_decode=True)
     assert calls["schedule"] == 0
     # every step that prefills (admissions included) is a fast step, and there are many
     assert calls["fast"] >= (fast.steps["num_prefill_tokens"] > 0).sum() > 200
@@ -373,7 +373,7 @@ def test_token_counts_are_checked_per_request_and_per_run(
     from simulator.scheduling.step_scheduler import StepScheduler
 
     cfg = dict(BLIS, name="t", workload=dict(BLIS["workload"], num_requests=30))
-    ok = simulator.runner.run(cfg)
+    ok = simulator.scenario.runner.run(cfg)
     assert (ok.checksums != 0).all() and len(set(ok.checksums.tolist())) == 30
     join = DecodeRun.join
 
@@ -387,7 +387,7 @@ def test_token_counts_are_checked_per_request_and_per_run(
 
     monkeypatch.setattr(DecodeRun, "join", one_late)
     with pytest.raises(RuntimeError, match="request 7 finished with 257 tokens, expected 256"):
-        simulator.runner.run(cfg)
+        simulator.scenario.runner.run(cfg)
     monkeypatch.undo()
     apply = StepScheduler._apply
 
@@ -400,7 +400,7 @@ def test_token_counts_are_checked_per_request_and_per_run(
 
     monkeypatch.setattr(StepScheduler, "_apply", skips_one)
     with pytest.raises(RuntimeError, match="sampled 7679 tokens, expected 7680"):
-        simulator.runner.run(cfg)
+        simulator.scenario.runner.run(cfg)
 
 
 def test_plan_sums_are_those_of_the_whole_batch() -> None:
@@ -449,12 +449,12 @@ def test_streamed_itl_equals_the_gaps_of_a_token_log(
     import simulator.engine.simulation as simulation
 
     cfg = scenario(workload=dict(scenario()["workload"], num_requests=200))
-    fast = simulator.runner.run(cfg, fast_decode=True)
+    fast = simulator.scenario.runner.run(cfg, fast_decode=True)
     logs: list[list[tuple[int, float]]] = []
     monkeypatch.setattr(recorder, "CHUNK_GAPS", chunk)
     monkeypatch.setattr(recorder, "CHUNK_STEPS", chunk)
     monkeypatch.setattr(simulation, "Recorder", logging_recorder(logs))
-    slow = simulator.runner.run(cfg, fast_decode=False)
+    slow = simulator.scenario.runner.run(cfg, fast_decode=False)
     last: dict[int, float] = {}
     gaps = []
     for i, t in logs[0]:

@@ -103,7 +103,8 @@ def test_a_cost_model_by_import_path(mypkg: Path) -> None:
     assert steps is not None and len(steps)
     want = 3e-3 + 40e-6 * steps["num_tokens"].to_numpy()
     np.testing.assert_allclose(steps["duration_s"].to_numpy(), want, rtol=1e-12)
-    slow = simulator.runner.run(cfg, fast_decode=False)  # the plain path times whole batches
+    # the plain path times whole batches
+    slow = simulator.scenario.runner.run(cfg, fast_decode=False)
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
 
 
@@ -120,7 +121,7 @@ def test_a_policy_by_import_path(mypkg: Path) -> None:
     assert mine.requests["finish_s"].notna().all()
     # a different victim changes who is preempted (and so the run)
     assert not mine.requests["num_preemptions"].equals(spec.requests["num_preemptions"])
-    slow = simulator.runner.run(
+    slow = simulator.scenario.runner.run(
         scenario(scheduler={**tight, "policy": "mypkg.policies:EvictLargest"}), fast_decode=False
     )
     pd.testing.assert_frame_equal(mine.requests, slow.requests, check_exact=True)

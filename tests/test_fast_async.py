@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import simulator.runner
+import simulator.scenario.runner
 from simulator.scheduling import Sequence, StepScheduler
 from simulator.scheduling.interface import StepPlan
 from tests import test_fast_path_props as props
@@ -175,7 +175,7 @@ def test_most_async_steps_are_fast_and_the_group_spans_both_plans_in_flight() ->
 
 def test_a_plain_step_writes_the_group_into_the_fast_plan_in_flight() -> None:
     sched = _make(Policy("vllm-v1", False), (100, 4, 64, 8), True)
-    a, b = Sequence("a", 4, 10), Sequence("b", 4, 10)
+    a, b = Sequence(0, 4, 10), Sequence(1, 4, 10)
     sched.add(a)
     sched.add(b)
     first = sched.schedule()  # both prefill; nothing in flight before it
@@ -185,7 +185,7 @@ def test_a_plain_step_writes_the_group_into_the_fast_plan_in_flight() -> None:
     third = sched.schedule()  # a plain plan: the group is written into the second
     assert second.num_deferred == 0 and second.seqs == [a, b] and second.num_new_tokens == [1, 1]
     assert second.context_lens == [4, 4] and second.sampling == {a, b}
-    assert [s.seq_id for s in third.seqs] == ["a", "b"] and third.context_lens == [5, 5]
+    assert [s.seq_id for s in third.seqs] == [0, 1] and third.context_lens == [5, 5]
     assert sched.finish_fast_step() == []  # applies the second, now a plain plan
     assert second.sampled == [a, b] and a.num_output == 2
     assert first.sampled == [a, b]
@@ -208,8 +208,8 @@ def test_an_async_run_gives_the_tables_of_the_plain_path(variant: str) -> None:
         cfg["serving"] = {"step_cpu_ms": 2.5, "step_cpu_per_seq_us": 40.0}
     elif variant == "block-of-1":
         sched.update(block_size=1, num_blocks=4000)
-    fast = simulator.runner.run(cfg, fast_decode=True)
-    plain = simulator.runner.run(cfg, fast_decode=False)
+    fast = simulator.scenario.runner.run(cfg, fast_decode=True)
+    plain = simulator.scenario.runner.run(cfg, fast_decode=False)
     pd.testing.assert_frame_equal(fast.requests, plain.requests, check_exact=True)
     pd.testing.assert_frame_equal(fast.steps, plain.steps, check_exact=True)
     assert fast.requests["finish_s"].notna().all()

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import simulator.runner
+import simulator.scenario.runner
 from tests.slots import slots_of
 
 ROUTERS = [
@@ -111,8 +111,8 @@ def whole_scenario(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(whole_scenario())
 def test_the_fast_path_is_the_plain_path(cfg: dict[str, Any]) -> None:
-    fast = simulator.runner.run(cfg, fast_decode=True)
-    slow = simulator.runner.run(cfg, fast_decode=False)
+    fast = simulator.scenario.runner.run(cfg, fast_decode=True)
+    slow = simulator.scenario.runner.run(cfg, fast_decode=False)
     pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
     # the ITL mean is a float sum of the gaps, chunked differently by the two paths (every
@@ -151,8 +151,8 @@ def test_long_decode_stretches_with_a_prefix_cache(policy: str) -> None:
             "output_len": {"dist": "uniform", "low": 100, "high": 300},
         },
     }
-    fast = simulator.runner.run(cfg, fast_decode=True)
-    slow = simulator.runner.run(cfg, fast_decode=False)
+    fast = simulator.scenario.runner.run(cfg, fast_decode=True)
+    slow = simulator.scenario.runner.run(cfg, fast_decode=False)
     pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
     # steps between arrivals: far more than the three block periods past which a stretch's

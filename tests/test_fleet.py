@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 import simulator
-import simulator.runner
+import simulator.scenario.runner
 from simulator.cli import main
 from simulator.cluster.autoscale_policies import AutoscalePolicy, MetricsWindow
 from simulator.cluster.routers import ROUTERS
@@ -114,8 +114,8 @@ def test_a_fleet_pinned_at_n_replicas_is_the_fixed_cluster_bit_for_bit(router: s
 def test_deferred_decode_steps_change_nothing_while_the_fleet_scales(router: str) -> None:
     cfg = fleet(router)
     cfg["workload"]["num_requests"] = 6000
-    fast = simulator.runner.run(cfg, fast_decode=True)
-    slow = simulator.runner.run(cfg, fast_decode=False)
+    fast = simulator.scenario.runner.run(cfg, fast_decode=True)
+    slow = simulator.scenario.runner.run(cfg, fast_decode=False)
     assert len(fast.tables["replica_lifetimes"]) > 3  # it did scale
     for name in ("requests", "steps", "replicas"):
         pd.testing.assert_frame_equal(getattr(fast, name), getattr(slow, name), check_exact=True)

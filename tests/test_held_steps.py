@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-import simulator.runner
+import simulator.scenario.runner
 from simulator.engine.fast_window import FastWindow
 
 STATE_ROUTERS = ["least_outstanding", "least_tokens", "least_kv", "power_of_two", "prefix_affinity"]
@@ -55,9 +55,9 @@ def test_held_steps_give_the_plain_paths_tables(
 
     monkeypatch.setattr(FastWindow, "take_held", counting)
     cfg = scenario(router, policy)
-    fast = simulator.runner.run(cfg, fast_decode=True)
+    fast = simulator.scenario.runner.run(cfg, fast_decode=True)
     assert takes[True] > 50 and takes[False] > 50, takes
-    slow = simulator.runner.run(cfg, fast_decode=False)
+    slow = simulator.scenario.runner.run(cfg, fast_decode=False)
     pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
     # the ITL mean is a float sum of chunks of gaps, which the paths pass on at other times
@@ -79,5 +79,5 @@ def test_nothing_is_held_behind_a_router_that_reads_no_state(
         return hold(self, horizon)
 
     monkeypatch.setattr(FastWindow, "hold", watching)
-    simulator.runner.run(scenario("round_robin", "spec"), fast_decode=True)
+    simulator.scenario.runner.run(scenario("round_robin", "spec"), fast_decode=True)
     assert not held

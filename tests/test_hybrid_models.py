@@ -14,13 +14,13 @@ import pytest
 import yaml
 
 from simulator.cli import main
-from simulator.config import validate
 from simulator.cost import build_cost_model
 from simulator.cost.batch import Batch
 from simulator.cost.hf_config import read_hf_config
 from simulator.cost.hybrid_terms import window_pairs
 from simulator.errors import InputError
-from simulator.kv_groups_scenario import kv_layout_for
+from simulator.scenario.config import validate
+from simulator.scenario.kv_groups import kv_layout_for
 from simulator.scheduling import SchedulerConfig
 
 MODELS = Path(__file__).parents[2] / "shared" / "data" / "models"
@@ -195,7 +195,7 @@ def _sched(**keys: Any) -> SchedulerConfig:
 def test_gpt_oss_holds_more_long_requests_with_its_window(tmp_path: Path) -> None:
     """32k-token prompts on one H100: the window's layers hold ~9 blocks a request, not 2,000,
     so the same memory holds about twice the requests (issue 37's check)."""
-    from simulator.runner import scheduler_for
+    from simulator.scenario.runner import scheduler_for
 
     held = {}
     for label, path in (

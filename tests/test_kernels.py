@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.cli import main
-from simulator.config import validate
 from simulator.cost import KernelsCostConfig, build_cost_model, default_type
 from simulator.cost.batch import Batch, StepSums
 from simulator.cost.kernel_db import KernelDatabase, data_root, measured_gpus, measured_versions
 from simulator.cost.kernels import KernelsCostModel
 from simulator.errors import InputError
+from simulator.scenario.config import validate
 from tests.paths import DATA, ROOT
 from tests.test_cli_messages import QUICKSTART, error_of
 
@@ -231,7 +231,7 @@ def test_an_unknown_hardware_without_type_is_physics_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(InputError, match="cost_model.hardware"):
-        from simulator.runner import resolve
+        from simulator.scenario.runner import resolve
 
         resolve(validate(_no_type("no-such-gpu"), "s"))
     assert ROOT.is_dir()

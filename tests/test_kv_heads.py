@@ -21,7 +21,7 @@ from simulator.cost.presets import (
 )
 from simulator.cost.roofline import RooflineCostModel
 from simulator.errors import DoesNotFit, InputError
-from simulator.runner import resolve
+from simulator.scenario.runner import resolve
 
 
 def _blocks(model: str, tp: int) -> int:

@@ -18,7 +18,7 @@ from simulator.cli import main
 from simulator.cluster.router import Request
 from simulator.cluster.routers import PrefixAffinity
 from simulator.engine.result import SimulationResult
-from simulator.runner import run
+from simulator.scenario.runner import run
 from simulator.scheduling import Sequence, StepScheduler
 from simulator.scheduling.kv_tier import KVTier
 from tests.paths import ROOT

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from simulator.errors import DoesNotFit
-from simulator.runner import resolve, run
+from simulator.scenario.runner import resolve, run
 
 
 def _scenario(max_model_len: int | None, **extra: Any) -> dict[str, Any]:

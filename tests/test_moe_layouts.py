@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from simulator.config import load_scenario
 from simulator.cost import build_cost_model
 from simulator.cost.batch import Batch
-from simulator.runner import resolve, run
+from simulator.scenario.config import load_scenario
+from simulator.scenario.runner import resolve, run
 from tests.paths import ROOT
 
 PATH = ROOT / "scenarios" / "moe-deployment.yaml"

@@ -18,7 +18,7 @@ from simulator.cost.hf_config import read_hf_config
 from simulator.cost.presets import load_hardware
 from simulator.cost.vision_encoder import EncoderCost, VisionEncoder
 from simulator.errors import InputError
-from simulator.runner import run
+from simulator.scenario.runner import run
 from simulator.scheduling.encoder_cache import EncoderCache
 from simulator.scheduling.encoder_inputs import EncoderInputs
 from simulator.scheduling.sequence import Sequence

@@ -21,7 +21,7 @@ import yaml
 
 import simulator.results.outdir as outdir
 import simulator.results.writer as writer
-import simulator.runner as runner
+import simulator.scenario.runner as runner
 from simulator.cli import format_summary, main
 from simulator.errors import InputError
 from tests.paths import ROOT

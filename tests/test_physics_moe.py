@@ -233,8 +233,8 @@ def test_a_deepseek_config_runs_and_bad_input_is_one_line(
 def test_the_qwen3_ep_replay_runs_with_physics() -> None:
     """The shared Qwen3-30B-A3B DP 2 + EP 2 run replayed with `physics` (its config.json and
     the GPU preset): every mean figure within 15% of the measurement (docs/fidelity.md)."""
-    from simulator.config import load_scenario, read_yaml
-    from simulator.runner import run as simulate
+    from simulator.scenario.config import load_scenario, read_yaml
+    from simulator.scenario.runner import run as simulate
     from simulator.validation.compare import compare, simulated
     from simulator.validation.measured import read_measured
 

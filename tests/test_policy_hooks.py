@@ -159,13 +159,13 @@ def test_a_hook_gives_the_same_tables_with_the_fast_path_on_and_off(
     hookpkg: str, hook: str
 ) -> None:
     path = f"{hookpkg}:{HOOKS[hook]}"
-    fast = simulator.runner.run(_cfg(path), fast_decode=True)
-    plain = simulator.runner.run(_cfg(path), fast_decode=False)
+    fast = simulator.scenario.runner.run(_cfg(path), fast_decode=True)
+    plain = simulator.scenario.runner.run(_cfg(path), fast_decode=False)
     pd.testing.assert_frame_equal(fast.requests, plain.requests, check_exact=True)
     pd.testing.assert_frame_equal(fast.steps, plain.steps, check_exact=True)
     assert fast.requests["finish_s"].notna().all()
     # the override changes the run: a fast path that skipped it would not give these tables
-    spec = simulator.runner.run(_cfg("spec"), fast_decode=False)
+    spec = simulator.scenario.runner.run(_cfg("spec"), fast_decode=False)
     assert len(spec.steps) != len(plain.steps) or not spec.requests.equals(plain.requests)
 
 

@@ -103,9 +103,9 @@ def test_duplicate_content_serves_the_earliest_and_survives_one_eviction() -> No
 def test_hit_stops_before_the_last_token_and_a_preempted_sequence_rehits_its_outputs() -> None:
     kv = KVManager(10, 4, caching=True)
     runs = ((1, 8),)
-    a = Sequence("a", 8, 10, prompt_runs=runs)
+    a = Sequence(0, 8, 10, prompt_runs=runs)
     assert kv.admit(a, 8, kv.lookup(a))
-    b = Sequence("b", 8, 10, prompt_runs=runs)
+    b = Sequence(1, 8, 10, prompt_runs=runs)
     assert len(kv.lookup(b)) == 1  # 8 tokens: at most 7 from the cache, in whole blocks
     # a decodes 5 tokens (13 known, 12 computed: 3 full blocks), then is preempted
     a.output, a.num_tokens = [0] * 5, 13

@@ -254,7 +254,7 @@ def test_every_cost_model_takes_preset_paths(tmp_path: Path, kind: str) -> None:
     """cost_model.model/hardware by path time steps and derive the KV budget as by name."""
     from simulator.cost import build_cost_model
     from simulator.cost.batch import Batch
-    from simulator.runner import resolve
+    from simulator.scenario.runner import resolve
     from tests.paths import DATA
 
     model_path, hw_path = _copy_presets(tmp_path, "llama-3.1-8b", "rtx-4090")
@@ -282,7 +282,7 @@ def test_every_cost_model_takes_preset_paths(tmp_path: Path, kind: str) -> None:
 
 
 def test_fitted_preset_may_name_its_presets_by_path(tmp_path: Path) -> None:
-    from simulator.runner import resolve
+    from simulator.scenario.runner import resolve
 
     model_path, hw_path = _copy_presets(tmp_path, "llama-2-70b", "h100-sxm")
     src = (configs_dir() / "fitted" / "llama-2-70b_h100-sxm_tp4.yaml").read_text()

@@ -339,8 +339,8 @@ def test_step_schedule_with_zero_rate_first_piece() -> None:
 
 
 def test_a_search_refuses_a_schedule_in_one_line(tmp_path: Path) -> None:
-    from simulator.config import load_scenario
     from simulator.explore.probe import load_for
+    from simulator.scenario.config import load_scenario
 
     cfg = load_scenario(_scenario(tmp_path, {"diurnal": {"peak": 4, "trough": 1}}))
     with pytest.raises(InputError, match=r"a search varies workload\.arrival\.rate"):
@@ -350,7 +350,7 @@ def test_a_search_refuses_a_schedule_in_one_line(tmp_path: Path) -> None:
 def test_a_closed_loop_throttles_scheduled_arrivals(tmp_path: Path) -> None:
     # with max_concurrency the schedule's arrivals wait for a slot: none is sent before its
     # drawn time, and never more than the cap are in flight
-    from simulator.runner import build, resolve, run
+    from simulator.scenario.runner import build, resolve, run
 
     path = _scenario(tmp_path, {"rate_schedule": [[0, 1.0], [5, 200.0]]})
     spec = yaml.safe_load(path.read_text())

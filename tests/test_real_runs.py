@@ -10,8 +10,8 @@ import json
 import pytest
 import yaml
 
-from simulator.config import load_scenario
-from simulator.runner import resolve
+from simulator.scenario.config import load_scenario
+from simulator.scenario.runner import resolve
 from simulator.validation.real_runs import (
     KERNELS_MARKERS,
     KERNELS_RUNS,

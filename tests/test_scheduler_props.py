@@ -219,7 +219,7 @@ def test_add_rejects_exactly_the_sequences_that_can_never_fit(
     sched = policy.make(num_blocks, block_size, 4, 64, lambda s: 0, None)
     fits = -(-(prompt + max_tokens - 1) // block_size) <= num_blocks
     try:
-        sched.add(Sequence("s", prompt, max_tokens))
+        sched.add(Sequence(0, prompt, max_tokens))
     except ValueError as err:
         assert not fits
         assert "can never fit" in str(err)
@@ -406,7 +406,7 @@ def test_decode_steps_are_deferred_and_settled_exactly() -> None:
     sched.update()
     # EOS can only be seen by sampling, so a scheduler with one never defers
     eos = StepScheduler(100, 4, 8, 64, lambda s: 0, 7, sample_many=lambda s, k: [0] * k)
-    eos.add(Sequence("x", 5, 10))
+    eos.add(Sequence(0, 5, 10))
     eos.schedule()
     eos.update()
     assert eos.fast_step() is None

@@ -18,7 +18,7 @@ def make(
     max_num_seqs: int = 256,
     budget: int = AMPLE,
     eos: int | None = None,
-    bases: dict[str, int] | None = None,
+    bases: dict[int, int] | None = None,
 ) -> tuple[StepScheduler, list[Sequence]]:
     """A scheduler with the spec's sampler (bases 100, 200, 300, ...) and sequences added."""
     seqs = [Sequence(name, p, m) for name, p, m in specs]
@@ -34,17 +34,17 @@ def state(seq: Sequence) -> tuple[int, int, int]:
 
 
 def test_example_0_budget_and_chunked_prefill() -> None:
-    sched, seqs = make([("s0", 10, 10), ("s1", 10, 10), ("s2", 10, 10)], budget=16)
-    assert step(sched, seqs)[0] == {"s0": 10, "s1": 6}
+    sched, seqs = make([(0, 10, 10), (1, 10, 10), (2, 10, 10)], budget=16)
+    assert step(sched, seqs)[0] == {0: 10, 1: 6}
     plan, _ = step(sched, seqs)
-    assert plan == {"s0": 1, "s1": 4, "s2": 10}
-    assert list(plan) == ["s0", "s1", "s2"]
-    assert step(sched, seqs)[0] == {"s0": 1, "s1": 1, "s2": 1}
+    assert plan == {0: 1, 1: 4, 2: 10}
+    assert list(plan) == [0, 1, 2]
+    assert step(sched, seqs)[0] == {0: 1, 1: 1, 2: 1}
 
 
 def test_example_1_token_budget_and_chunked_prefill() -> None:
     sched, seqs = make(
-        [("a1", 6, 3), ("a2", 5, 2), ("a3", 3, 1)],
+        [(1, 6, 3), (2, 5, 2), (3, 3, 1)],
         num_blocks=100,
         block_size=4,
         max_num_seqs=8,
@@ -52,20 +52,20 @@ def test_example_1_token_budget_and_chunked_prefill() -> None:
     )
     a1, a2, a3 = seqs
     plan, done = step(sched, seqs)
-    assert plan == {"a1": 6, "a2": 2}
+    assert plan == {1: 6, 2: 2}
     assert (state(a1), state(a2)) == ((6, 7, 2), (2, 5, 1))
     assert a2.output == [] and a3.status is SequenceStatus.WAITING
     assert sched.blocks_used == 3 and done == []
     assert list(sched.waiting) == [a3]
 
     plan, done = step(sched, seqs)
-    assert plan == {"a1": 1, "a2": 3, "a3": 3}
+    assert plan == {1: 1, 2: 3, 3: 3}
     assert (state(a1), state(a2)) == ((7, 8, 2), (5, 6, 2))
     assert a2.output == [200] and a3.output == [300]
     assert sched.blocks_used == 4 and done == [a3]
 
     plan, done = step(sched, seqs)
-    assert plan == {"a1": 1, "a2": 1}
+    assert plan == {1: 1, 2: 1}
     assert a1.output == [100, 101, 102] and a2.output == [200, 201]
     assert sched.blocks_used == 0 and done == [a1, a2]
     assert sched.num_preemptions == 0
@@ -73,49 +73,47 @@ def test_example_1_token_budget_and_chunked_prefill() -> None:
 
 
 def test_example_2_preempting_another_sequence() -> None:
-    sched, seqs = make([("a1", 2, 3), ("a2", 3, 2)], num_blocks=3, block_size=2, budget=64)
+    sched, seqs = make([(1, 2, 3), (2, 3, 2)], num_blocks=3, block_size=2, budget=64)
     a1, a2 = seqs
     plan, _ = step(sched, seqs)
-    assert plan == {"a1": 2, "a2": 3}
+    assert plan == {1: 2, 2: 3}
     assert (a1.num_blocks, a2.num_blocks, sched.blocks_used) == (1, 2, 3)
     assert a1.output == [100] and a2.output == [200]
 
     plan, _ = step(sched, seqs)
-    assert plan == {"a1": 1}
+    assert plan == {1: 1}
     assert sched.num_preemptions == 1 and a2.num_preemptions == 1
     assert list(sched.waiting) == [a2] and a2.status is SequenceStatus.WAITING
     assert (a2.num_computed, a2.num_blocks, a2.output) == (0, 0, [200])
     assert a1.output == [100, 101]
 
     plan, done = step(sched, seqs)
-    assert plan == {"a1": 1} and done == [a1]
+    assert plan == {1: 1} and done == [a1]
     assert sched.blocks_used == 0 and list(sched.waiting) == [a2]
 
     plan, done = step(sched, seqs)
-    assert plan == {"a2": 4} and done == [a2]
+    assert plan == {2: 4} and done == [a2]
     assert a1.output == [100, 101, 102] and a2.output == [200, 201]
     assert sched.blocks_used == 0 and sched.num_preemptions == 1
 
 
 def test_example_3_fcfs_head_of_line_blocking() -> None:
-    sched, seqs = make(
-        [("a1", 9, 1), ("a2", 9, 1), ("a3", 1, 1)], num_blocks=5, block_size=4, budget=100
-    )
+    sched, seqs = make([(1, 9, 1), (2, 9, 1), (3, 1, 1)], num_blocks=5, block_size=4, budget=100)
     plan = sched.schedule()
-    assert plan.num_scheduled_tokens == {"a1": 9}
+    assert plan.num_scheduled_tokens == {1: 9}
     assert sched.blocks_used == 3
-    assert [s.seq_id for s in sched.waiting] == ["a2", "a3"]
+    assert [s.seq_id for s in sched.waiting] == [2, 3]
 
 
 def test_example_4_preempting_itself() -> None:
-    sched, seqs = make([("a1", 2, 3), ("a2", 2, 3)], num_blocks=3, block_size=2, budget=64)
+    sched, seqs = make([(1, 2, 3), (2, 2, 3)], num_blocks=3, block_size=2, budget=64)
     a1, a2 = seqs
     expected = [
-        ({"a1": 2, "a2": 2}, 2, [200]),
-        ({"a1": 1}, 2, [200]),
-        ({"a1": 1}, 0, [200]),
-        ({"a2": 3}, 2, [200, 201]),
-        ({"a2": 1}, 0, [200, 201, 202]),
+        ({1: 2, 2: 2}, 2, [200]),
+        ({1: 1}, 2, [200]),
+        ({1: 1}, 0, [200]),
+        ({2: 3}, 2, [200, 201]),
+        ({2: 1}, 0, [200, 201, 202]),
     ]
     for i, (want_plan, want_blocks, want_out) in enumerate(expected, start=1):
         plan, _ = step(sched, seqs)
@@ -130,7 +128,7 @@ def test_example_4_preempting_itself() -> None:
 
 def test_example_5_eos_ends_early_and_frees_blocks() -> None:
     # a1's sampler hits EOS (102) at its third token, long before max_tokens 10
-    sched, seqs = make([("a1", 4, 10), ("a2", 4, 10)], block_size=2, eos=102)
+    sched, seqs = make([(1, 4, 10), (2, 4, 10)], block_size=2, eos=102)
     a1, a2 = seqs
     step(sched, seqs)
     step(sched, seqs)
@@ -144,24 +142,24 @@ def test_example_5_eos_ends_early_and_frees_blocks() -> None:
 
 
 def test_schedule_returns_a_copy() -> None:
-    sched, _ = make([("a", 3, 2)])
+    sched, _ = make([(0, 3, 2)])
     plan = sched.schedule().num_scheduled_tokens
-    plan["a"] = 99
+    plan[0] = 99
     sched.update()
     assert sched.running[0].num_computed == 3
 
 
 def test_decode_and_prefill_share_the_token_budget() -> None:
     # running first: decodes take their 1 token before any admission gets the rest
-    sched, seqs = make([("a", 4, 5), ("b", 20, 1)], budget=5)
-    assert step(sched, seqs)[0] == {"a": 4, "b": 1}
-    assert step(sched, seqs)[0] == {"a": 1, "b": 4}
+    sched, seqs = make([(0, 4, 5), (1, 20, 1)], budget=5)
+    assert step(sched, seqs)[0] == {0: 4, 1: 1}
+    assert step(sched, seqs)[0] == {0: 1, 1: 4}
 
 
 def test_max_num_seqs_limits_admission_only() -> None:
-    sched, seqs = make([("a", 2, 3), ("b", 2, 3), ("c", 2, 3)], max_num_seqs=2)
-    assert step(sched, seqs)[0] == {"a": 2, "b": 2}
-    assert [s.seq_id for s in sched.waiting] == ["c"]
+    sched, seqs = make([(0, 2, 3), (1, 2, 3), (2, 2, 3)], max_num_seqs=2)
+    assert step(sched, seqs)[0] == {0: 2, 1: 2}
+    assert [s.seq_id for s in sched.waiting] == [2]
 
 
 @pytest.mark.parametrize(
@@ -185,17 +183,17 @@ def test_constructor_rejects_non_positive_sizes(kwargs: dict[str, int], name: st
 )
 def test_sequence_rejects_non_positive_lengths(prompt: int, max_tokens: int, name: str) -> None:
     with pytest.raises(ValueError, match=name):
-        Sequence("x", prompt, max_tokens)
+        Sequence(0, prompt, max_tokens)
 
 
 def test_never_fitting_sequence_is_rejected_with_numbers() -> None:
     sched = StepScheduler(2, 4, 4, 64, sample_fn=lambda s: 0)
-    sched.add(Sequence("fits", 4, 5))  # 4 + 5 - 1 = 8 tokens = 2 blocks: fits exactly
+    sched.add(Sequence(0, 4, 5))  # 4 + 5 - 1 = 8 tokens = 2 blocks: fits exactly
     with pytest.raises(
-        ValueError, match=r"'big'.*3 KV blocks for 9 tokens \(prompt 4 \+ output 6 - 1\)"
+        ValueError, match=r"sequence 1 .*3 KV blocks for 9 tokens \(prompt 4 \+ output 6 - 1\)"
     ):
-        sched.add(Sequence("big", 4, 6))
-    assert [s.seq_id for s in sched.waiting] == ["fits"]
+        sched.add(Sequence(1, 4, 6))
+    assert [s.seq_id for s in sched.waiting] == [0]
 
 
 def test_adding_the_same_sequence_twice_is_an_error() -> None:

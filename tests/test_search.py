@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from simulator.cli import main
-from simulator.config import validate
 from simulator.cost.presets import load_hardware
 from simulator.explore.backend import Done
 from simulator.explore.pricing import cost_per_hour, parse_gpu_costs
@@ -21,6 +20,7 @@ from simulator.explore.probe import Load
 from simulator.explore.replicas import replicas_search
 from simulator.explore.slo import make_target
 from simulator.plots.search import pareto_front
+from simulator.scenario.config import validate
 from tests.test_cli import SMALL
 
 ROOFLINE: dict[str, Any] = {

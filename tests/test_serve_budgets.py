@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from simulator.cli import main
-from simulator.config import apply_overrides, validate
 from simulator.cost.hardware_spec import HardwareSpec
 from simulator.cost.presets import GIB, derive_num_blocks, load_hardware, load_model, serve_budgets
 from simulator.errors import DoesNotFit
-from simulator.runner import resolve
+from simulator.scenario.config import apply_overrides, validate
+from simulator.scenario.runner import resolve
 
 
 def _scenario(hardware: str | None, **scheduler: Any) -> dict[str, Any]:

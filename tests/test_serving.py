@@ -88,8 +88,8 @@ def test_per_sequence_cpu_time_grows_with_the_batch() -> None:
 
 
 def test_delays_with_a_closed_loop_are_refused_in_one_line() -> None:
-    from simulator.config import validate
     from simulator.errors import InputError
+    from simulator.scenario.config import validate
 
     cfg = copy.deepcopy(ONE_REQUEST)
     cfg["workload"]["max_concurrency"] = 2
@@ -105,10 +105,10 @@ def test_delays_with_a_closed_loop_are_refused_in_one_line() -> None:
 def test_step_cpu_time_from_sums_equals_step_time(overlap: bool) -> None:
     """With per-step CPU time the engine still times its fast steps from their sums, to the
     bit what ``step_time`` of their batch gives."""
-    from simulator.config import validate
     from simulator.cost import build_cost_model
     from simulator.cost.batch import Batch, StepSums
     from simulator.engine.serving import ServingConfig, StepWithCpu
+    from simulator.scenario.config import validate
 
     cfg = validate(
         dict(

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from simulator.cli import main
-from simulator.runner import run
+from simulator.scenario.runner import run
 
 STEP_MS = 10.0
 

@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import simulator.engine.recorder as recorder
-import simulator.runner
-from simulator.config import validate
+import simulator.scenario.runner
 from simulator.engine.step_sink import SAMPLE_EVERY
 from simulator.errors import InputError
 from simulator.metrics import Distribution
 from simulator.metrics.distribution import RELATIVE_ERROR
+from simulator.scenario.config import validate
 from tests.test_engine import scenario
 
 QS = [1, 10, 50, 90, 99, 99.9, 100]
@@ -61,10 +61,10 @@ def test_step_table_streamed_in_chunks_equals_the_one_in_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cfg = scenario()
-    whole = simulator.runner.run(cfg)
+    whole = simulator.scenario.runner.run(cfg)
     monkeypatch.setattr(recorder, "CHUNK_STEPS", 333)
     path = tmp_path / "steps.parquet"
-    streamed = simulator.runner.run(cfg, steps_path=path)
+    streamed = simulator.scenario.runner.run(cfg, steps_path=path)
     assert streamed.steps is None
     pd.testing.assert_frame_equal(pd.read_parquet(path), whole.steps, check_exact=True)
     assert streamed.summary == pytest.approx(whole.summary, nan_ok=True)
@@ -72,21 +72,21 @@ def test_step_table_streamed_in_chunks_equals_the_one_in_memory(
 
 def test_sampled_and_no_steps_keep_the_summary(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = scenario()
-    whole = simulator.runner.run(cfg)
+    whole = simulator.scenario.runner.run(cfg)
     assert whole.steps is not None
     monkeypatch.setattr(recorder, "CHUNK_STEPS", 1000)
-    sampled = simulator.runner.run(cfg, steps="sampled")
+    sampled = simulator.scenario.runner.run(cfg, steps="sampled")
     assert sampled.steps is not None
     kept = (whole.steps["step"] % SAMPLE_EVERY == 0) | (whole.steps["num_preemptions"] > 0)
     want = whole.steps[kept].reset_index(drop=True)
     pd.testing.assert_frame_equal(sampled.steps, want, check_exact=True)
     assert whole.summary["num_preemptions"] > 0  # preempting steps are kept
-    none = simulator.runner.run(cfg, steps="none")
+    none = simulator.scenario.runner.run(cfg, steps="none")
     assert none.steps is None
     for res in (sampled, none):
         assert res.summary == pytest.approx(whole.summary, nan_ok=True)
     with pytest.raises(ValueError, match="steps mode"):
-        simulator.runner.run(cfg, steps="some")
+        simulator.scenario.runner.run(cfg, steps="some")
 
 
 def small(**workload: Any) -> dict[str, Any]:
@@ -105,7 +105,7 @@ def small(**workload: Any) -> dict[str, Any]:
 
 
 def test_infinite_rate_sends_everything_at_zero() -> None:
-    res = simulator.runner.run(small(arrival={"process": "poisson", "rate": "inf"}))
+    res = simulator.scenario.runner.run(small(arrival={"process": "poisson", "rate": "inf"}))
     assert (res.requests["arrival_s"] == 0).all()
     cfg = validate(small(arrival={"process": "gamma", "rate": float("inf"), "cv": 2}), "t")
     assert cfg.workload.arrival is not None and np.isinf(cfg.workload.arrival.rate)
@@ -114,7 +114,7 @@ def test_infinite_rate_sends_everything_at_zero() -> None:
 
 
 def test_closed_loop_of_one_client_sends_each_request_when_the_last_finishes() -> None:
-    res = simulator.runner.run(
+    res = simulator.scenario.runner.run(
         small(arrival={"process": "poisson", "rate": "inf"}, max_concurrency=1)
     )
     req = res.requests.sort_values("arrival_s")
@@ -128,8 +128,8 @@ def test_closed_loop_of_one_client_sends_each_request_when_the_last_finishes() -
 @pytest.mark.parametrize("limit", [1, 3, 16])
 def test_closed_loop_caps_requests_in_flight_and_fast_equals_plain(limit: int) -> None:
     cfg = scenario(workload=dict(scenario()["workload"], num_requests=300, max_concurrency=limit))
-    fast = simulator.runner.run(cfg, fast_decode=True)
-    slow = simulator.runner.run(cfg, fast_decode=False)
+    fast = simulator.scenario.runner.run(cfg, fast_decode=True)
+    slow = simulator.scenario.runner.run(cfg, fast_decode=False)
     pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
     req = fast.requests
@@ -137,14 +137,16 @@ def test_closed_loop_caps_requests_in_flight_and_fast_equals_plain(limit: int) -
     delta = np.concatenate([np.ones(len(req)), -np.ones(len(req))])
     order = np.lexsort((delta, events))  # at a tie, the finish frees the slot first
     assert np.cumsum(delta[order]).max() == limit
-    drawn = simulator.runner.run(scenario(workload=dict(cfg["workload"], max_concurrency=None)))
+    drawn = simulator.scenario.runner.run(
+        scenario(workload=dict(cfg["workload"], max_concurrency=None))
+    )
     assert (req["arrival_s"] >= drawn.requests["arrival_s"]).all()  # sent no earlier than due
 
 
 def test_percentiles_are_configurable() -> None:
     cfg = small()
     cfg["metrics"] = {"percentiles": [99.9, 50]}
-    res = simulator.runner.run(cfg)
+    res = simulator.scenario.runner.run(cfg)
     assert {"ttft_p50_s", "ttft_p99.9_s", "itl_p99.9_s"} <= set(res.summary)
     assert "ttft_p90_s" not in res.summary
     ttft = res.requests["ttft_s"].to_numpy()

@@ -15,7 +15,7 @@ import yaml
 
 from simulator.cli import main
 from simulator.explore.swap_crossover import analytic_gains, crossover, simulated_gain
-from simulator.runner import run
+from simulator.scenario.runner import run
 from simulator.scheduling import Sequence, StepScheduler
 from tests.scheduler_helpers import base_sampler, step
 

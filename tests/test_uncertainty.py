@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 import simulator
 from simulator.cli import main
-from simulator.config import validate
 from simulator.cost.batch import Batch, StepSums
 from simulator.cost.error_band import band_for, band_kind, load_bands
 from simulator.cost.linear import LinearCostConfig, LinearCostModel
@@ -30,6 +29,7 @@ from simulator.explore.uncertainty import (
     model_uncertainty,
     run_side_by_side,
 )
+from simulator.scenario.config import validate
 from tests.test_serving import ONE_REQUEST  # one request: 9 ms prefill, 5.1 ms decodes
 
 ROOFLINE: dict[str, Any] = {

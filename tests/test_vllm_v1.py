@@ -72,7 +72,7 @@ def test_no_admission_in_a_step_that_preempted() -> None:
     # a2 has to preempt itself in step 2; with a budget of 3 its recompute chunk (2 tokens,
     # 1 block) fits again at once, and the spec re-admits it in the same step: vLLM does not
     def plans(s: StepScheduler) -> list[dict[Hashable, int]]:
-        for q in (Sequence("a1", 1, 2), Sequence("a2", 2, 2)):
+        for q in (Sequence(1, 1, 2), Sequence(2, 2, 2)):
             s.add(q)
         out = []
         while s.has_work():
@@ -84,54 +84,54 @@ def test_no_admission_in_a_step_that_preempted() -> None:
     vllm = sched(
         num_blocks=2, max_num_batched_tokens=3, reserve_full_isl=False, enable_prefix_caching=False
     )
-    assert plans(spec) == [{"a1": 1, "a2": 2}, {"a1": 1, "a2": 2}, {"a2": 1}]
-    assert plans(vllm) == [{"a1": 1, "a2": 2}, {"a1": 1}, {"a2": 3}]
+    assert plans(spec) == [{1: 1, 2: 2}, {1: 1, 2: 2}, {2: 1}]
+    assert plans(vllm) == [{1: 1, 2: 2}, {1: 1}, {2: 3}]
 
 
 def test_reserve_full_isl_admits_only_whole_prompts() -> None:
     # budget 4: the first chunk of a 6-token prompt needs 2 of the 3 blocks, its whole
     # prompt 3: with reserve_full_isl the second request waits although its chunk would fit
-    for reserve, admitted in ((True, {"a": 4}), (False, {"a": 4, "b": 2})):
+    for reserve, admitted in ((True, {0: 4}), (False, {0: 4, 1: 2})):
         s = sched(max_num_batched_tokens=6, reserve_full_isl=reserve, enable_prefix_caching=False)
-        s.add(Sequence("a", 4, 1))
-        s.add(Sequence("b", 6, 1))
+        s.add(Sequence(0, 4, 1))
+        s.add(Sequence(1, 6, 1))
         assert s.schedule().num_scheduled_tokens == admitted
 
 
 def test_threshold_caps_only_when_others_queue() -> None:
     s = sched(num_blocks=20, long_prefill_token_threshold=3, enable_prefix_caching=False)
-    s.add(Sequence("a", 10, 2))
-    assert s.schedule().num_scheduled_tokens == {"a": 10}  # alone: no cap
+    s.add(Sequence(0, 10, 2))
+    assert s.schedule().num_scheduled_tokens == {0: 10}  # alone: no cap
     s.update()
-    s.add(Sequence("b", 10, 2))
-    assert s.schedule().num_scheduled_tokens == {"a": 1, "b": 3}  # two queued: cap 3
+    s.add(Sequence(1, 10, 2))
+    assert s.schedule().num_scheduled_tokens == {0: 1, 1: 3}  # two queued: cap 3
 
 
 def test_priority_preempts_the_lowest_and_replans() -> None:
     s = sched(num_blocks=5, priority=True, enable_prefix_caching=False)
-    low, high = Sequence("low", 4, 4, priority=5), Sequence("high", 4, 4, priority=0)
+    low, high = Sequence(0, 4, 4, priority=5), Sequence(1, 4, 4, priority=0)
     s.add(low)
-    assert s.schedule().num_scheduled_tokens == {"low": 4}
+    assert s.schedule().num_scheduled_tokens == {0: 4}
     s.update()
     s.add(high)
-    assert s.schedule().num_scheduled_tokens == {"low": 1, "high": 4}  # all 5 blocks held
+    assert s.schedule().num_scheduled_tokens == {0: 1, 1: 4}  # all 5 blocks held
     s.update()
     # low (planned first, no new block needed) is the victim when high needs a block: it
     # leaves the plan and its token goes back to the budget
     plan = s.schedule()
-    assert plan.preempted == [low] and plan.num_scheduled_tokens == {"high": 1}
-    assert [q.seq_id for q in s.waiting] == ["low"]
+    assert plan.preempted == [low] and plan.num_scheduled_tokens == {1: 1}
+    assert [q.seq_id for q in s.waiting] == [0]
 
 
 def test_a_prefix_hit_leaves_the_last_token_and_shares_blocks() -> None:
     s = sched(num_blocks=10, enable_prefix_caching=True)
     runs = ((7, 8),)  # two requests with the same 8-token prompt
-    a, b = Sequence("a", 8, 2, prompt_runs=runs), Sequence("b", 8, 2, prompt_runs=runs)
+    a, b = Sequence(0, 8, 2, prompt_runs=runs), Sequence(1, 8, 2, prompt_runs=runs)
     s.add(a)
     s.add(b)
     plan = s.schedule()
     # b hits a's blocks cached at a's scheduling: 3 of its 4 blocks (not the last token's)
-    assert plan.num_scheduled_tokens == {"a": 8, "b": 2} and plan.cached_tokens == [0, 6]
+    assert plan.num_scheduled_tokens == {0: 8, 1: 2} and plan.cached_tokens == [0, 6]
     assert s.blocks.block_ids(b)[:3] == s.blocks.block_ids(a)[:3] and s.blocks_used == 5
 
 

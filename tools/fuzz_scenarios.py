@@ -160,7 +160,7 @@ def _engine(r: random.Random, plain: bool) -> str | None:
     import pandas as pd
 
     from simulator.errors import InputError
-    from simulator.runner import run
+    from simulator.scenario.runner import run
 
     cfg = scenario(r)
     try:

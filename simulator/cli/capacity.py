@@ -178,8 +178,8 @@ def _interval_line(interval: dict[str, Any], unit: str) -> str:
 
 def _validate_probe(data: dict[str, Any], source: str) -> None:
     """The first probe's scenario is valid (and its presets resolve), before any run."""
-    from simulator.config import validate
-    from simulator.runner import resolve
+    from simulator.scenario.config import validate
+    from simulator.scenario.runner import resolve
 
     resolve(validate(data, source))
 

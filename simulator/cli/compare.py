@@ -99,8 +99,8 @@ def _simulation(sim: str, overrides: list[str]) -> tuple[Any, dict[str, Any], st
         return read_parquet(table), read_summary(path), str(path), path
     if not path.is_file():
         raise InputError(f"{sim}: no such run folder or scenario file")
-    from simulator.config import load_scenario, parse_overrides
-    from simulator.runner import run as simulate
+    from simulator.scenario.config import load_scenario, parse_overrides
+    from simulator.scenario.runner import run as simulate
 
     result = simulate(load_scenario(path, parse_overrides(overrides)), progress=None)
     return result.requests, result.summary, str(path), None

@@ -41,10 +41,10 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Simulate one scenario and write its tables, summary, resolved scenario and plots."""
-    from simulator.config import load_scenario, parse_overrides
     from simulator.results.writer import write_result
-    from simulator.runner import resolve
-    from simulator.runner import run as run_scenario
+    from simulator.scenario.config import load_scenario, parse_overrides
+    from simulator.scenario.runner import resolve
+    from simulator.scenario.runner import run as run_scenario
 
     cfg = resolve(load_scenario(args.scenario, parse_overrides(args.set)))
     if args.vllm_bench_json:

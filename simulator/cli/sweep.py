@@ -31,7 +31,7 @@ per second of one process, and seconds to draw a run's plots. Measured on this p
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simulator.config import ScenarioConfig
+    from simulator.scenario.config import ScenarioConfig
 
 
 def register(subparsers: Subparsers) -> argparse.ArgumentParser:

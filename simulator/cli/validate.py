@@ -20,16 +20,16 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Check a scenario (presets and input files too) and print it resolved, every default
     spelled out."""
-    from simulator.config import dump_scenario, load_scenario, parse_overrides
     from simulator.cost import build_cost_model
-    from simulator.runner import resolve
+    from simulator.scenario.config import dump_scenario, load_scenario, parse_overrides
+    from simulator.scenario.runner import resolve
     from simulator.workload import check_inputs
 
     cfg = resolve(load_scenario(args.scenario, parse_overrides(args.set)))
     # what run would fail on before simulating: presets, their fit (tp), and input files
     build_cost_model(cfg.cost_model)
     if cfg.cluster is not None:
-        from simulator.cluster_scenario import check_cluster
+        from simulator.scenario.cluster import check_cluster
 
         check_cluster(cfg)
     check_inputs(cfg.workload)

@@ -238,12 +238,12 @@ class Cluster:
 
         def retire(done: list[Sequence], end: float) -> None:
             r = self.replicas[k]
-            finished = [s for s in done if output_len[s.seq_id] == 1]  # type: ignore[call-overload]
+            finished = [s for s in done if output_len[s.seq_id] == 1]
             if finished:
                 r.server.record_finished(finished, end)
             r.finished(len(done), sum(s.prompt_len for s in done))
             for seq in done:
-                if output_len[seq.seq_id] > 1:  # type: ignore[call-overload]
+                if output_len[seq.seq_id] > 1:
                     self._transfers += 1
                     self.env.process(self._transfer(r, seq))
 
@@ -336,7 +336,7 @@ class Cluster:
         env, rec = self.env, self.records
         assert self.link is not None
         yield env.timeout(0)  # behind the decode replicas' step boundaries at this instant
-        i: int = seq.seq_id  # type: ignore[assignment]
+        i = seq.seq_id
         dec = self.decode_router.choose(self._request(i, self.decode_router), self.decode)
         dec.routed(seq.prompt_len, rec.output_len[i] - len(seq.output))
         dec.num_incoming += 1

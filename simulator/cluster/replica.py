@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from simulator.engine.server import Server
+from simulator.engine.server_shape import ServerShape
 from simulator.scheduling.sequence import Sequence
 
 
 class Replica:
     """A server of the cluster, seen by a router as a step-by-step run shows it now."""
 
-    def __init__(self, index: int, group: str, role: str, server: Server) -> None:
+    def __init__(self, index: int, group: str, role: str, server: ServerShape) -> None:
         self.index = index
         """Position in the cluster (the ``replica`` column)."""
         self.group = group
@@ -81,7 +81,7 @@ class Replica:
         self._owed += prompt_len + num_to_sample
 
     def submit(self, seq: Sequence, prefilled: bool = False) -> None:
-        """Hand ``seq`` to the server (``Server.submit``); outstanding unless refused."""
+        """Hand ``seq`` to the server (``ServerShape.submit``); outstanding unless refused."""
         if self.server.submit(seq, prefilled):
             self.num_outstanding += 1
 

@@ -10,6 +10,7 @@ usage from a coordinator snapshot every 100 ms; here they are exact at the arriv
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -45,7 +46,7 @@ class DPBalancer:
         """Requests routed to each rank and not finished."""
         self._start = 0
 
-    def choose(self, ranks: list[RankLoad]) -> int:
+    def choose(self, ranks: Sequence[RankLoad]) -> int:
         """The rank for the next request (its in-flight count is raised)."""
         n = len(ranks)
         best, best_score = 0, float("inf")

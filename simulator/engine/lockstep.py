@@ -18,6 +18,7 @@ one by one through ``schedule()`` and ``update()`` (no fast windows)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import simpy
@@ -28,6 +29,7 @@ from simulator.engine.dp_balancer import DPBalancer
 from simulator.engine.dp_padding import DPPadding
 from simulator.engine.drafts import DraftCost
 from simulator.engine.recorder import NO_MOVES, Recorder
+from simulator.engine.server_shape import Outcomes, step_counts
 from simulator.scheduling.interface import Scheduler, StepPlan
 from simulator.scheduling.sequence import Sequence
 
@@ -44,36 +46,54 @@ class DataParallelCost(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class DataParallelRanks:
+    """What a simulation runs instead of one server: ``data_parallel_size`` schedulers (one
+    per rank) and their cost models, stepping in lockstep."""
+
+    ranks: list[Scheduler]
+    """Each rank's scheduler (identical policies, each with its own KV cache)."""
+    cost_models: list[CostModel]
+    """Each rank's step times."""
+    padding: DPPadding = field(default_factory=lambda: DPPadding(None))
+    """How the ranks' token counts are padded each step."""
+    with_cpu: Callable[[float, int], float] | None = None
+    """The CPU's share of a rank's step (its GPU time, its number of sequences), if any."""
+
+    @property
+    def num_blocks(self) -> int:
+        """KV blocks over all ranks."""
+        return sum(r.num_blocks for r in self.ranks)
+
+
 class LockstepServer:
-    """``data_parallel_size`` schedulers (one per rank) and their cost models, stepping in
-    lockstep on ``env`` and recording into one ``recorder`` (a ``Server``'s interface)."""
+    """Data-parallel ranks (``DataParallelRanks``) stepping in lockstep on ``env`` and
+    recording into one ``recorder`` (a ``ServerShape``)."""
 
     def __init__(
         self,
         env: simpy.Environment,
-        ranks: list[Scheduler],
-        cost_models: list[CostModel],
+        dp: DataParallelRanks,
         recorder: Recorder,
         *,
         progress: Callable[[int], object] | None = None,
         on_done: Callable[[int, float], object] | None = None,
-        padding: DPPadding | None = None,
-        with_cpu: Callable[[float, int], float] | None = None,
         async_scheduling: bool = False,
         on_queued: Callable[[int, float], object] | None = None,
         drafts: list[DraftCost | None] | None = None,
     ) -> None:
-        self.env, self.ranks, self.cost_models = env, ranks, cost_models
+        self.env, self.ranks, self.cost_models = env, dp.ranks, dp.cost_models
         self.recorder = recorder
-        self.padding = padding or DPPadding(None)
+        self.padding = dp.padding
         """How the ranks' token counts are padded each step."""
-        self._with_cpu = with_cpu
+        self._with_cpu = dp.with_cpu
+        ranks = dp.ranks
         self.balancer = DPBalancer(len(ranks))
         self.rank_of: dict[int, int] = {}
         """Per request id: the rank it was sent to."""
         self.rank_durations: list[list[float]] = []
         """Per step: each rank's own time (a dummy step's for an idle rank; 0 unstepped)."""
-        self._progress, self._on_done = progress, on_done
+        self._outcomes = Outcomes(recorder, progress, on_done)
         self._closed = False
         self._wake: simpy.Event | None = None
         self._async = async_scheduling
@@ -82,8 +102,8 @@ class LockstepServer:
         self._on_queued = on_queued
         """Told (request id, time) when a rank's engine takes a request into its queue."""
         self._busy = False
-        self._last_start = 0.0
-        self._plans_ahead = all(getattr(r, "async_scheduling", False) for r in ranks)
+        self._last_start = self._busy_until = 0.0
+        self._plans_ahead = all(r.plans_ahead for r in ranks)
         """Whether the ranks' schedulers plan a step before the last one is applied (vLLM's
         async scheduling, exactly: ``scheduler.async_scheduling``)."""
         self._next: list[StepPlan | None] = [None] * len(ranks)
@@ -92,21 +112,63 @@ class LockstepServer:
         self._drafts = drafts or [None] * len(ranks)
         """Per rank: the drafter's time in its steps (None: no drafter, or a free one)."""
 
+    # -- what others may read: sums over the ranks ---------------------------------------
+
+    @property
+    def num_running(self) -> int:
+        """Sequences running now, over all ranks."""
+        return sum(r.num_running for r in self.ranks)
+
+    @property
+    def num_waiting(self) -> int:
+        """Sequences waiting for admission now, over all ranks."""
+        return sum(r.num_waiting for r in self.ranks)
+
+    @property
+    def num_blocks_used(self) -> int:
+        """KV blocks held now, over all ranks."""
+        return sum(r.num_blocks_used for r in self.ranks)
+
     @property
     def num_blocks(self) -> int:
         """KV blocks over all ranks."""
         return sum(r.num_blocks for r in self.ranks)
 
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV block (the ranks are identical)."""
+        return self.ranks[0].block_size
+
+    @property
+    def num_sampled(self) -> int:
+        """Tokens sampled so far."""
+        return self.recorder.num_tokens
+
+    @property
+    def busy_until(self) -> float:
+        """End of the step in flight (or of the last one taken)."""
+        return self._busy_until
+
+    def has_work(self) -> bool:
+        """Whether any rank has a request waiting or running."""
+        return any(r.has_work() for r in self.ranks)
+
+    def rejection_reason(self, seq: Sequence) -> str | None:
+        """Why ``seq`` can never be served (the ranks are identical), or None."""
+        return self.ranks[0].rejection_reason(seq)
+
+    # -- what others may do --------------------------------------------------------------
+
     def submit(self, seq: Sequence, prefilled: bool = False) -> bool:
         """Send a request to the rank the balancer picks; False (recorded) if it fits none."""
-        reason = self.ranks[0].rejection_reason(seq)  # the ranks are identical
+        if prefilled:
+            raise NotImplementedError("data-parallel ranks take no prefilled requests")
+        reason = self.rejection_reason(seq)
         if reason is not None:
-            self.recorder.record_rejected(seq.seq_id, reason)  # type: ignore[arg-type]
-            if self._progress is not None:
-                self._progress(1)
+            self._outcomes.refuse(seq, reason)
             return False
-        k = self.balancer.choose(self.ranks)  # type: ignore[arg-type]
-        self.rank_of[seq.seq_id] = k  # type: ignore[index]
+        k = self.balancer.choose(self.ranks)
+        self.rank_of[seq.seq_id] = k
         if self._busy:
             self._pending.append((self.env.now, k, seq))
         else:
@@ -124,7 +186,7 @@ class LockstepServer:
     def run(self) -> simpy.events.ProcessGenerator:
         """Step while any rank has work, sleep while none has."""
         while True:
-            if not any(r.has_work() for r in self.ranks):
+            if not self.has_work():
                 if self._pending:  # the engine, out of work, schedules again at once
                     self._release(self.env.now)
                     continue
@@ -149,22 +211,20 @@ class LockstepServer:
         plans, batches = self._plan_ranks(now)
         times = self._rank_times(batches, plans)
         duration = max(times)
+        self._busy_until = now + duration
         self.rank_durations.append(times)
         row = self._row(plans, before)  # the ranks' counts now, before they update
         if self._plans_ahead:  # vLLM's batch queue: the next step is planned while this runs
-            self._next = [r.schedule() if r.has_requests() else None for r in self.ranks]  # type: ignore[attr-defined]
+            self._next = [r.schedule() if r.has_requests() else None for r in self.ranks]
         yield env.timeout(duration)
         for k, (sched, planned) in enumerate(zip(self.ranks, plans, strict=True)):
             if planned is None:
                 continue
             done = sched.update()
-            if planned.drafts:  # speculative: more than one token per sequence, at times
-                self.recorder.record_samples(planned.sampled, env.now, planned.num_extra_tokens)
-                self.recorder.record_drafts(planned)
-            else:
-                self.recorder.record_samples(planned.sampled, env.now)
+            self._outcomes.sampled(planned, env.now)
             if done:
-                self._finish(k, done, env.now)
+                self.balancer.finished(k, len(done))
+                self._outcomes.finished(done, env.now)
         # recorded once the ranks applied the step: how many drafts they accepted is known then
         accepted = sum(sum(p.accepted.values()) for p in plans if p is not None)
         self.recorder.record_step(now, duration, row, NO_MOVES, accepted)
@@ -182,7 +242,7 @@ class LockstepServer:
                     plan = sched.schedule()
                     if not plan.seqs and not plan.preempted:
                         raise RuntimeError("scheduler produced an empty step with work pending")
-                elif sched.has_requests():  # type: ignore[attr-defined]
+                elif sched.has_requests():
                     plan = sched.schedule()  # idle until now: vLLM schedules at once
             if plan is not None and plan.num_admitted:
                 self.recorder.record_admitted(plan, now)
@@ -221,7 +281,7 @@ class LockstepServer:
         """Rank ``k``'s engine takes ``seq`` into its waiting queue at time ``at``."""
         self.ranks[k].add(seq)
         if self._on_queued is not None:
-            self._on_queued(seq.seq_id, at)  # type: ignore[arg-type]
+            self._on_queued(seq.seq_id, at)
 
     def _rank_times(self, batches: list[Batch], plans: list[StepPlan | None]) -> list[float]:
         """Each rank's time for its batch, its token count padded with the others', plus its
@@ -245,30 +305,16 @@ class LockstepServer:
         """The step's row (``STEP_INT_FIELDS`` before the KV moves): counts summed over the
         ranks (a decode verifying ``d`` drafts computes ``1 + d`` tokens and counts as a
         decode, as in a single server's row)."""
-        new = [n for p in plans if p is not None for n in p.num_new_tokens]
-        tokens = sum(new)
-        decodes = decode_tokens = new.count(1)
-        for p in plans:
-            if p is not None and p.drafts:
-                decodes += len(p.drafts)
-                decode_tokens += len(p.drafts) + sum(p.drafts.values())
-        preempted = sum(len(p.preempted) for p in plans if p is not None)
-        used = sum(r.num_blocks_used for r in self.ranks)
+        planned = [p for p in plans if p is not None]
+        counts = step_counts([n for p in planned for n in p.num_new_tokens], planned)
+        preempted = sum(len(p.preempted) for p in planned)
         cached = sum(r.num_cached_blocks for r in self.ranks)
         running = sum(b[0] for b in before)
         waiting = sum(b[1] for b in before)
-        ints = (len(new), tokens, tokens - decode_tokens, decodes, used)
-        return (*ints, running, waiting, preempted, cached)
+        return (*counts, self.num_blocks_used, running, waiting, preempted, cached)
 
-    def _finish(self, k: int, done: list[Sequence], end: float) -> None:
-        """Record the requests rank ``k`` finished in the step ending at ``end``."""
-        rec = self.recorder
+    def record_finished(self, done: list[Sequence], end: float) -> None:
+        """Record the requests that finished in the step ending at ``end`` (on any rank)."""
         for seq in done:
-            if seq.num_tokens - seq.prompt_len != seq.max_tokens:
-                raise RuntimeError(f"request {seq.seq_id} finished short (scheduler bug)")
-            rec.record_finish(seq.seq_id, end, seq.num_preemptions, seq.num_output)  # type: ignore[arg-type]
-        self.balancer.finished(k, len(done))
-        if self._progress is not None:
-            self._progress(len(done))
-        if self._on_done is not None:
-            self._on_done(len(done), end)
+            self.balancer.finished(self.rank_of[seq.seq_id], 1)
+        self._outcomes.finished(done, end)

@@ -167,7 +167,7 @@ class Recorder:
         first_sched = self.first_scheduled
         seqs, context = plan.seqs, plan.context_lens  # the admitted are the last ones
         for j in range(len(seqs) - plan.num_admitted, len(seqs)):
-            i: int = seqs[j].seq_id  # type: ignore[assignment]
+            i = seqs[j].seq_id
             if first_sched[i] != first_sched[i]:  # NaN: scheduled for the first time
                 first_sched[i] = start
                 self.cached_tokens[i] = context[j]  # its prefix-cache hit (``cached_tokens``)
@@ -176,7 +176,7 @@ class Recorder:
         """The items ``plan`` encodes, for each request they are encoded for."""
         assert plan.encoder is not None
         for seq, items in plan.encoder.items():
-            counts = self.encoded.setdefault(seq.seq_id, {})  # type: ignore[arg-type]
+            counts = self.encoded.setdefault(seq.seq_id, {})
             for j in items:
                 counts[j] = counts.get(j, 0) + 1
 
@@ -195,7 +195,7 @@ class Recorder:
         together, as one streamed chunk: one gap, as vLLM's benchmark counts ITL."""
         first, last, gaps = self.first_token, self._last_token, self._gaps
         for seq in seqs:
-            i: int = seq.seq_id  # type: ignore[assignment]
+            i = seq.seq_id
             prev = last[i]
             if prev != prev:  # NaN: its first token
                 first[i] = end
@@ -220,7 +220,7 @@ class Recorder:
         )
         assert accepted is not None and steps is not None
         for seq, a in plan.accepted.items():
-            i: int = seq.seq_id  # type: ignore[assignment]
+            i = seq.seq_id
             drafts[i] += plan.drafts[seq]
             accepted[i] += a
             steps[i] += 1

@@ -38,12 +38,14 @@ from simulator.engine.fast_window import FastWindow, Final, Retire
 from simulator.engine.held import Held
 from simulator.engine.kv_loads import KVLoads
 from simulator.engine.recorder import NO_MOVES, Recorder
+from simulator.engine.server_shape import Outcomes, step_counts
 from simulator.scheduling.interface import Scheduler, StepPlan
 from simulator.scheduling.sequence import Sequence
 
 
 class Server:
-    """A scheduler and a cost model stepping on ``env``, recording into ``recorder``."""
+    """A scheduler and a cost model stepping on ``env``, recording into ``recorder`` (a
+    ``ServerShape``)."""
 
     encoder: EncoderCost | None = None
     """The vision encoder's time on the steps that encode images (None: none is priced)."""
@@ -65,17 +67,17 @@ class Server:
     ) -> None:
         self.env, self.recorder = env, recorder
         self._scheduler, self._cost_model = scheduler, cost_model
-        self._progress, self._on_done = progress, on_done
+        self._outcomes = Outcomes(recorder, progress, on_done)
         # What becomes of the sequences that finished in a step ending at a given time: their
         # finish is recorded (a cluster's prefill replica hands them on instead).
         self._retire = retire or self.record_finished
         self._closed = False  # no more submissions: stop once the work is done
         self._wake: simpy.Event | None = None
         self._busy_until, self._drafts = 0.0, drafts
-        plans_ahead = bool(getattr(scheduler, "async_scheduling", False))
+        plans_ahead = scheduler.plans_ahead
         self._swap_bandwidth = scheduler.swap_bandwidth  # swap copies, timed on their steps
-        spec = bool(getattr(scheduler, "num_speculative_tokens", 0)) or self._swap_bandwidth
-        fast = fast_decode and cost_model.times_from_sums and not spec and not scheduler.moves_kv
+        plain = scheduler.speculates or bool(self._swap_bandwidth) or scheduler.moves_kv
+        fast = fast_decode and cost_model.times_from_sums and not plain
         # Fast windows (when the cost model can time steps from sums; the results are
         # identical either way, the tests compare both), bounded by ``next_arrival``: when the
         # next submission can come. ``on_done`` is told ``(number, time)`` when requests
@@ -169,9 +171,7 @@ class Server:
         and its KV comes with it (``Scheduler.add_prefilled``)."""
         reason = self._scheduler.rejection_reason(seq)
         if reason is not None:
-            self.recorder.record_rejected(seq.seq_id, reason)  # type: ignore[arg-type]
-            if self._progress is not None:
-                self._progress(1)
+            self._outcomes.refuse(seq, reason)
             return False
         if self._held is not None:
             self._cut()
@@ -219,7 +219,7 @@ class Server:
                 if (yield from window.run()):
                     continue
                 # the group's last step ended now: its members' last tokens were sampled then
-                self.recorder.end_decode_run(sched.decode_batch_ids(), self.env.now)  # type: ignore[arg-type]
+                self.recorder.end_decode_run(sched.decode_batch_ids(), self.env.now)
             yield from self._step()
 
     # -- held decode steps --------------------------------------------------------------------
@@ -306,27 +306,17 @@ class Server:
         if plan.encoder and self.encoder is not None:  # images encoded before the forward
             items = [s.mm_items[i][1] for s, idx in plan.encoder.items() for i in idx]
             duration += self.encoder.time(items)
-        num_tokens = sum(new_tokens)
-        decodes = decode_tokens = new_tokens.count(1)
-        if plan.drafts:  # a decode verifying d drafts computes 1 + d tokens
-            decodes += len(plan.drafts)
-            decode_tokens += len(plan.drafts) + sum(plan.drafts.values())
-        ints = (len(new_tokens), num_tokens, num_tokens - decode_tokens, decodes)
+        ints = step_counts(new_tokens, (plan,))
         rest = (num_running, num_waiting, len(plan.preempted), sched.num_cached_blocks)
         return plan, duration, (*ints, sched.num_blocks_used, *rest)
 
     def _apply(self, plan: StepPlan, start: float, now: float) -> None:
         """``update()`` the oldest planned step, from ``start`` to ``now``: record its tokens
         and finishes (async: its deferred decode group's too, if ``fast_step()`` planned it)."""
-        rec = self.recorder
         if plan.num_deferred:  # each sampled at ``start`` before: gaps of ``now - start``
-            rec.record_decode_step(plan.num_deferred, start, now)
+            self.recorder.record_decode_step(plan.num_deferred, start, now)
         done = self._scheduler.update()
-        if plan.drafts:  # speculative: more than one token per sequence, at times
-            rec.record_samples(plan.sampled, now, plan.num_extra_tokens)
-            rec.record_drafts(plan)
-        else:
-            rec.record_samples(plan.sampled, now)
+        self._outcomes.sampled(plan, now)
         if done:
             self._retire(done, now)
 
@@ -337,7 +327,7 @@ class Server:
         env, rec = self.env, self.recorder
         for load in plan.loads:
             end = self._loads.book(now, load.nbytes)
-            rec.record_tier_hits(load.seq.seq_id, load.tokens)  # type: ignore[arg-type]
+            rec.record_tier_hits(load.seq.seq_id, load.tokens)
             done = env.timeout(end - now)
             done.callbacks.append(self._load_ended(load.seq))
 
@@ -352,15 +342,4 @@ class Server:
 
     def record_finished(self, done: list[Sequence], end: float) -> None:
         """Record the requests that finished in the step ending at ``end``."""
-        rec = self.recorder
-        for seq in done:
-            if seq.num_tokens - seq.prompt_len != seq.max_tokens:
-                raise RuntimeError(
-                    f"request {seq.seq_id} finished with {seq.num_tokens - seq.prompt_len} "
-                    f"tokens, expected {seq.max_tokens} (scheduler bug)"
-                )
-            rec.record_finish(seq.seq_id, end, seq.num_preemptions, seq.num_output)  # type: ignore[arg-type]
-        if self._progress is not None:
-            self._progress(len(done))
-        if self._on_done is not None:
-            self._on_done(len(done), end)
+        self._outcomes.finished(done, end)

@@ -24,10 +24,11 @@ from simulator.cost.interface import CostModel
 from simulator.cost.vision_encoder import EncoderCost
 from simulator.engine.clock import sleep_until
 from simulator.engine.drafts import DraftCost
-from simulator.engine.lockstep import LockstepServer
+from simulator.engine.lockstep import DataParallelRanks, LockstepServer
 from simulator.engine.recorder import Recorder
 from simulator.engine.result import SimulationResult, rejection_table
 from simulator.engine.server import Server
+from simulator.engine.server_shape import ServerShape
 from simulator.engine.serving import ServingConfig, StepWithCpu
 from simulator.engine.step_sink import MemorySink, StepSink
 from simulator.engine.tokens import output_checksums
@@ -39,9 +40,11 @@ from simulator.scheduling.sequence import Sequence
 from simulator.workload.workload import Workload
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # DataParallelSimulation
+@mypyc_attr(allow_interpreted_subclasses=True)  # a user's run may extend it
 class Simulation:
-    """One run of a workload through a scheduler and a cost model on a simpy clock."""
+    """One run of a workload through a scheduler and a cost model on a simpy clock, or
+    through data-parallel ranks in lockstep (``dp``: ``scheduler`` and ``cost_model`` are
+    then its rank 0's, and ``num_speculative_tokens`` and ``draft_cost`` every rank's)."""
 
     def __init__(
         self,
@@ -59,6 +62,7 @@ class Simulation:
         stop: StopRule | None = None,
         num_speculative_tokens: int = 0,
         draft_cost: float = 0.0,
+        dp: DataParallelRanks | None = None,
     ) -> None:
         self.workload = workload
         self.slo = slo
@@ -71,7 +75,8 @@ class Simulation:
         self._cap_changes = [] if caps is None else caps[1:]
         self._next_cap = self._cap_changes[0][0] if self._cap_changes else float("inf")
         self.env = simpy.Environment()
-        self.recorder = Recorder(len(workload), scheduler.num_blocks, step_sink or MemorySink())
+        num_blocks = scheduler.num_blocks if dp is None else dp.num_blocks
+        self.recorder = Recorder(len(workload), num_blocks, step_sink or MemorySink())
         self.arrival_s = workload.arrival_s.copy()
         """When each request reached the server (later than drawn when it waited for a slot)."""
         self.queued_s = workload.arrival_s + self._delay
@@ -90,18 +95,44 @@ class Simulation:
         and summary keys (k = 0: the run without speculation, tables and all)."""
         self._prompt = workload.prompt_len.tolist()
         self._output = workload.output_len.tolist()
-        # a DP run's is its ranks in lockstep (``DataParallelSimulation``)
-        self.server: Server | LockstepServer = Server(
+        told = self._tick if self._watch is not None else progress
+        on_done = self._slot_freed if caps is not None else None
+        drafts = (num_speculative_tokens, draft_cost)
+        self.server = self._server(scheduler, cost_model, dp, fast_decode, told, on_done, drafts)
+
+    def _server(
+        self,
+        scheduler: Scheduler,
+        cost_model: CostModel,
+        dp: DataParallelRanks | None,
+        fast_decode: bool,
+        progress: Callable[[int], object] | None,
+        on_done: Callable[[int, float], object] | None,
+        drafts: tuple[int, float],
+    ) -> ServerShape:
+        """The server the run feeds: one, or data-parallel ranks in lockstep (``dp``)."""
+        if dp is not None:
+            return LockstepServer(
+                self.env,
+                dp,
+                self.recorder,
+                progress=progress,
+                on_done=on_done,
+                async_scheduling=self.serving.async_scheduling,
+                on_queued=self._taken_in,
+                drafts=[drafts_of(c, *drafts) for c in dp.cost_models],
+            )
+        return Server(
             self.env,
             scheduler,
             cost_model,
             self.recorder,
             # a plain lambda without a schedule: the windows read it once per step
             next_arrival=self._bound if self._cap_changes else lambda: self._next_arrival,
-            progress=self._tick if self._watch is not None else progress,
+            progress=progress,
             fast_decode=fast_decode,
-            on_done=self._slot_freed if caps is not None else None,
-            drafts=drafts_of(cost_model, num_speculative_tokens, draft_cost),
+            on_done=on_done,
+            drafts=drafts_of(cost_model, *drafts),
         )
 
     def price_encoder(self, cost: EncoderCost | None) -> None:
@@ -132,6 +163,11 @@ class Simulation:
             finish=rec.finish,
             rejected=[i for i, _ in rec.rejected],
         )
+
+    def _taken_in(self, i: int, at: float) -> None:
+        """Request ``i`` entered a DP rank's waiting queue at ``at`` (vLLM's QUEUED stamp: the
+        end of the step it arrived in, when the engine loop next reads its input)."""
+        self.queued_s[i] = at
 
     def _send(self, i: int, at: float) -> None:
         """Hand request ``i`` to the engine's queue at time ``at``: the front end's delay after

@@ -26,14 +26,14 @@ def token_for(request_index: int, position: int) -> int:
 
 def sample(seq: Sequence) -> int:
     """The next token of an engine sequence (its id is its request's row index)."""
-    return token_for(seq.seq_id, len(seq.output))  # type: ignore[arg-type]
+    return token_for(seq.seq_id, len(seq.output))
 
 
 def sample_many(seq: Sequence, k: int) -> list[int]:
     """The next ``k`` tokens ``sample`` would give, in one go (for deferred decode steps)."""
     # token_for()'s linear part stepped by range() in C: one of these lists is built per
     # sequence each time deferred steps settle
-    first = token_for(seq.seq_id, len(seq.output)) - 1  # type: ignore[arg-type]
+    first = token_for(seq.seq_id, len(seq.output)) - 1
     stop = first + k * _POSITION_STRIDE
     return [x % _VOCAB + 1 for x in range(first, stop, _POSITION_STRIDE)]
 

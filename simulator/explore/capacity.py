@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from simulator.config import apply_overrides, validate
 from simulator.errors import InputError
 from simulator.explore.driver import Search, Unit
 from simulator.explore.probe import Load, ProbeSpec, alone_possible, run_probe
 from simulator.explore.slo import Target
+from simulator.scenario.config import apply_overrides, validate
 
 TOLERANCE = 0.02
 """Default relative width of the final bracket."""

@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.config import ScenarioConfig, parse_value
 from simulator.errors import InputError
+from simulator.scenario.config import ScenarioConfig, parse_value
 
 
 @dataclass(frozen=True)

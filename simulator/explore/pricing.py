@@ -7,8 +7,8 @@ import math
 from collections import Counter
 from typing import Any
 
-from simulator.config import ScenarioConfig
 from simulator.errors import InputError
+from simulator.scenario.config import ScenarioConfig
 
 ANY_GPU = "*"
 """Key of a ``--gpu-cost USD`` given without a hardware name: the price of every GPU."""

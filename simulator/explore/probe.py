@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from simulator.config import ScenarioConfig, apply_overrides, validate
 from simulator.errors import InputError
 from simulator.explore.slo import Target
 from simulator.metrics.summary import meets_slo
+from simulator.scenario.config import ScenarioConfig, apply_overrides, validate
 
 RATE_KEY = "workload.arrival.rate"
 TIME_SCALE_KEY = "workload.trace.time_scale"
@@ -96,7 +96,7 @@ def run_probe(spec: ProbeSpec) -> dict[str, Any]:
     run's summary figures."""
     from simulator.engine.watch import StoppedEarly
     from simulator.explore.cutoff import Cutoff
-    from simulator.runner import resolve, run
+    from simulator.scenario.runner import resolve, run
 
     started = time.perf_counter()
     cfg = resolve(validate(probe_scenario(spec), spec.source))

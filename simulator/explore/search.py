@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.config import ScenarioConfig, apply_overrides, validate
 from simulator.errors import InputError, MissingFile
 from simulator.explore.driver import Search
 from simulator.explore.estimate import SeededCapacity, seeded_capacity
@@ -23,8 +22,9 @@ from simulator.explore.replicas import REPLICAS_KEY, Replicas, replicas_search
 from simulator.explore.slo import Target
 from simulator.explore.sweep import GridPoint, grid_points
 from simulator.explore.uncertainty import scenario_band
-from simulator.feasibility import DoesNotFit
-from simulator.runner import resolve
+from simulator.scenario.config import ScenarioConfig, apply_overrides, validate
+from simulator.scenario.feasibility import DoesNotFit
+from simulator.scenario.runner import resolve
 from simulator.workload import check_input_files
 
 

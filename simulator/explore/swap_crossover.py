@@ -27,7 +27,7 @@ from typing import Any
 from simulator.cost import build_cost_model
 from simulator.cost.batch import Batch
 from simulator.cost.presets import load_model
-from simulator.runner import resolve, run
+from simulator.scenario.runner import resolve, run
 
 BLOCK = 16
 """Tokens per KV block (vLLM's default)."""

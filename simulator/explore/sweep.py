@@ -14,14 +14,6 @@ from typing import Any
 
 import pandas as pd
 
-from simulator.config import (
-    ScenarioConfig,
-    apply_overrides,
-    dump_scenario,
-    parse_overrides,
-    read_yaml,
-    validate,
-)
 from simulator.errors import DoesNotFit, InputError, MissingFile
 from simulator.explore.backend import Done
 from simulator.explore.backends import make_backend
@@ -33,6 +25,14 @@ from simulator.explore.grid import (
     parse_grid,
     plot_keys,
     seeded_grid,
+)
+from simulator.scenario.config import (
+    ScenarioConfig,
+    apply_overrides,
+    dump_scenario,
+    parse_overrides,
+    read_yaml,
+    validate,
 )
 
 __all__ = [
@@ -63,7 +63,7 @@ def _run_point(
     files (written in a temporary folder of the worker, for a driver on another machine)
     instead of writing them into ``runs/<point>``."""
     from simulator.results.writer import write_result
-    from simulator.runner import resolve, run
+    from simulator.scenario.runner import resolve, run
 
     cfg = validate(apply_overrides(base, point.values, source), f"{source} [{point.name}]")
     cfg = resolve(cfg)
@@ -276,11 +276,11 @@ _FILE_KEYS = ("path", "rate_schedule_csv")
 
 
 def check_points_fit(base: dict[str, Any], grid: dict[str, list[Any]], src: str) -> None:
-    """Every valid grid point's deployment fits in its GPUs' memory (``simulator.feasibility``)
-    and the files it names are there, else one line naming the first point that fails, before
-    anything runs. Points that set the same scheduler, cost model, cluster and file keys are
-    checked once."""
-    from simulator.runner import resolve
+    """Every valid grid point's deployment fits in its GPUs' memory
+    (``simulator.scenario.feasibility``) and the files it names are there, else one line naming
+    the first point that fails, before anything runs. Points that set the same scheduler, cost
+    model, cluster and file keys are checked once."""
+    from simulator.scenario.runner import resolve
 
     keys = [k for k in cell_keys(grid) if k.split(".")[0] in _MEMORY_KEYS or k.endswith(_FILE_KEYS)]
     seen: set[str] = set()

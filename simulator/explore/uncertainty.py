@@ -15,8 +15,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from simulator.config import ScenarioConfig
 from simulator.cost.error_band import Band, band_for, load_bands
+from simulator.scenario.config import ScenarioConfig
 
 RATE_FIGURES = (
     "request_throughput",
@@ -85,7 +85,7 @@ def band_summary(cfg: ScenarioConfig) -> dict[str, Any]:
     import contextlib
     import io
 
-    from simulator.runner import run
+    from simulator.scenario.runner import run
 
     with contextlib.redirect_stderr(io.StringIO()):
         return run(cfg, steps="none").summary

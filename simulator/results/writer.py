@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simulator.config import dump_scenario
 from simulator.engine.result import SimulationResult
 from simulator.engine.step_sink import MemorySink
 from simulator.metrics import Columns
 from simulator.results.reader import SWEEP_META
+from simulator.scenario.config import dump_scenario
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -20,7 +20,7 @@ from simulator.scheduling.sequence import Sequence
 _ROOT = 0x5EED  # the parent of every sequence's first block
 
 
-def output_segment(seq_id: Hashable) -> Hashable:
+def output_segment(seq_id: int) -> Hashable:
     """The segment of ``seq_id``'s output tokens, as a later prompt that repeats them names it
     (for int ids: ``-(seq_id + 2)``; prompt segments are ints >= 0). Never -1: CPython hashes
     -1 like -2, and equal hashes of different segments would be false hits."""
@@ -29,7 +29,7 @@ def output_segment(seq_id: Hashable) -> Hashable:
     return (1, seq_id)
 
 
-def _own_prompt_segment(seq_id: Hashable) -> Hashable:
+def _own_prompt_segment(seq_id: int) -> Hashable:
     # the segment of a prompt no other sequence shares (prompt_runs None)
     return (0, seq_id)
 

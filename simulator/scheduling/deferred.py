@@ -11,7 +11,6 @@ once and in the order ``schedule()`` would (evictions included).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from itertools import islice
 
 from mypy_extensions import mypyc_attr, trait
@@ -180,7 +179,7 @@ class DeferredDecodes:
                     i += 1
         blocks.pool_changed()
 
-    def decode_batch_ids(self) -> list[Hashable]:
+    def decode_batch_ids(self) -> list[int]:
         """The ids of the sequences in the deferred decode group, in running order."""
         run = self._run
         if run is None:

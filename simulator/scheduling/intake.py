@@ -3,8 +3,6 @@ arriving with their prompt computed elsewhere)."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 from mypy_extensions import mypyc_attr, trait
 
 from simulator.scheduling.encoder_inputs import EncoderInputs
@@ -25,7 +23,7 @@ class Intake:
     waiting: FCFSQueue | PriorityQueue
     encoder: EncoderInputs | None
     max_num_batched_tokens: int
-    _known: set[Hashable]
+    _known: set[int]
     _num_added: int
     # the last sequence ``rejection_reason`` found to fit: the engine asks before every
     # ``add``, which need not work it out again

@@ -144,7 +144,7 @@ class StepPlan:
         return self.context_lens[len(self.seqs) - self.num_admitted :]
 
     @property
-    def num_scheduled_tokens(self) -> dict[Hashable, int]:
+    def num_scheduled_tokens(self) -> dict[int, int]:
         """``{seq_id: tokens}`` of ``seqs`` in plan order (the spec's return value of
         ``schedule()``)."""
         return {s.seq_id: n for s, n in zip(self.seqs, self.num_new_tokens, strict=True)}
@@ -227,6 +227,25 @@ class Scheduler:
     def has_work(self) -> bool:
         """Whether any sequence is waiting or running."""
         return bool(self.num_running or self.num_waiting)
+
+    # -- optional async scheduling and speculation ---------------------------------------------
+
+    @property
+    def plans_ahead(self) -> bool:
+        """Whether the policy plans step ``n + 1`` before step ``n`` is applied (vLLM's async
+        scheduling): ``schedule()`` may be called again before ``update()``."""
+        return False
+
+    def has_requests(self) -> bool:
+        """Whether vLLM's engine would call ``schedule()`` now (a plan-ahead policy may owe
+        a report of sequences finished since its last plan even with no work)."""
+        return self.has_work()
+
+    @property
+    def speculates(self) -> bool:
+        """Whether the policy's decodes verify draft tokens (speculative decoding): its
+        steps take the plain path."""
+        return False
 
     # -- optional KV tiers below the GPU's ----------------------------------------------------
 
@@ -320,7 +339,7 @@ class Scheduler:
         (the plan's ``sampled`` is filled)."""
         return []
 
-    def decode_batch_ids(self) -> list[Hashable]:
+    def decode_batch_ids(self) -> list[int]:
         """The ids of the sequences in the deferred decode group now, in running order (each
         sampled in the last step)."""
         return []

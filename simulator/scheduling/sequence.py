@@ -53,7 +53,7 @@ class Sequence:
 
     def __init__(
         self,
-        seq_id: Hashable,
+        seq_id: int,
         prompt_len: int,
         max_tokens: int,
         *,

@@ -50,6 +50,16 @@ class Speculation:
         """Async scheduling: steps planned and not yet applied."""
         return len(self._in_flight)
 
+    @property
+    def plans_ahead(self) -> bool:
+        """Async scheduling plans a step before the last one is applied."""
+        return self.async_scheduling
+
+    @property
+    def speculates(self) -> bool:
+        """Whether decodes verify ``num_speculative_tokens`` drafts."""
+        return self.num_speculative_tokens > 0
+
     def has_requests(self) -> bool:
         """Async scheduling: whether vLLM's engine would call ``schedule()`` (unfinished
         sequences, or some finished since the last call that it has not reported yet)."""

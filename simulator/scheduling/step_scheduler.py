@@ -26,7 +26,6 @@ with the cost model, then calls ``update()`` (or the fast path of ``fast_step.py
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import Any
 
 from mypy_extensions import mypyc_attr
@@ -110,7 +109,7 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         self.finished: list[Sequence] = []
         """Finished sequences, in finishing order (only with ``keep_finished``)."""
         self._num_preemptions = self._num_added = 0
-        self._known: set[Hashable] = set()
+        self._known: set[int] = set()
         self._plan: StepPlan | None = None
         self._init_fast(StepScheduler)
         self._loading: set[Sequence] = set()  # holding blocks while their KV loads from a tier

@@ -82,8 +82,8 @@ def replay(
     """(servesim's comparison, LLMServingSim's errors) of ``run``: its scenario under
     ``root/scenarios`` simulated on the files in ``data_dir`` (``kernels``: with the
     ``kernels`` cost model instead of the scenario's)."""
-    from simulator.config import load_scenario, read_yaml
-    from simulator.runner import run as simulate
+    from simulator.scenario.config import load_scenario, read_yaml
+    from simulator.scenario.runner import run as simulate
 
     path = root / "scenarios" / f"{run.scenario}.yaml"
     overrides = kernels_overrides if kernels else data_overrides

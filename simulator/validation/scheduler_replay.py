@@ -111,7 +111,7 @@ def script_acceptor(case: Case) -> Acceptor:
     scripts = [r.accept for r in case.requests]
 
     def accept(seq: Sequence, num_drafts: int) -> int:
-        script = scripts[seq.seq_id]  # type: ignore[call-overload]
+        script = scripts[seq.seq_id]
         j = seq.num_output
         return min(script[j] if j < len(script) else 0, num_drafts)
 
@@ -150,11 +150,11 @@ def replay(case: Case, policy: str, fast: bool = False) -> list[dict[str, Any]]:
     eos_at = [r.eos_at for r in case.requests]
 
     def sample(seq: Sequence) -> int:
-        i: int = seq.seq_id  # type: ignore[assignment]
+        i = seq.seq_id
         return EOS if eos_at[i] == len(seq.output) else OUT_TOKEN0 + i
 
     def sample_many(seq: Sequence, k: int) -> list[int]:
-        i: int = seq.seq_id  # type: ignore[assignment]
+        i = seq.seq_id
         first = len(seq.output)
         return [EOS if eos_at[i] == p else OUT_TOKEN0 + i for p in range(first, first + k)]
 
@@ -197,9 +197,9 @@ def _replay_step(sched: Scheduler, fast: bool, kind: str = "plain") -> dict[str,
         cached = {i: n for i, n in zip(ids[len(ids) - len(hits) :], hits, strict=True) if n}
     step = {
         "scheduled": [[i, n] for i, n in zip(ids, tokens, strict=True)],
-        "preempted": [str(i) for i in sorted(s.seq_id for s in plan.preempted)],  # type: ignore[type-var]
+        "preempted": [str(i) for i in sorted(s.seq_id for s in plan.preempted)],
         "cached": cached,
-        "finished": [str(i) for i in sorted(s.seq_id for s in done)],  # type: ignore[type-var]
+        "finished": [str(i) for i in sorted(s.seq_id for s in done)],
         "free_blocks": sched.num_blocks - sched.num_blocks_used,
     }
     if kind == "mm":

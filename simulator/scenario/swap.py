@@ -5,12 +5,12 @@ refused."""
 
 from __future__ import annotations
 
-from simulator.config import ScenarioConfig
 from simulator.cost.gpus import named_gpus
 from simulator.cost.host_link import host_link_bandwidth
 from simulator.cost.presets import load_hardware, load_model
 from simulator.errors import InputError, in_field
-from simulator.offload_scenario import default_host_memory_gb
+from simulator.scenario.config import ScenarioConfig
+from simulator.scenario.offload import default_host_memory_gb
 
 GIB = 2**30
 """vLLM's ``--swap-space`` is in GiB."""

@@ -6,12 +6,12 @@ cost, priced from the model's ``vision_config``."""
 
 from __future__ import annotations
 
-from simulator.config import ScenarioConfig
 from simulator.cost.encoder_attention import MeasuredEncoderAttention
 from simulator.cost.gpus import named_gpus
 from simulator.cost.presets import load_hardware
 from simulator.cost.vision_encoder import EncoderCost, VisionEncoder
 from simulator.errors import InputError, in_field
+from simulator.scenario.config import ScenarioConfig
 from simulator.workload.replay import replay
 from simulator.workload.trace_images import IMAGE_COLUMNS
 

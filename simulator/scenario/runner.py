@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from simulator.config import ScenarioConfig, load_scenario, validate
 from simulator.cost import CostModel, CostModelConfig, build_cost_model
 from simulator.cost.gpus import named_gpus
 from simulator.engine.result import SimulationResult
@@ -21,13 +20,14 @@ from simulator.engine.simulation import Simulation
 from simulator.engine.step_sink import make_sink
 from simulator.engine.watch import StopRule
 from simulator.errors import DoesNotFit, InputError, in_field, warn
-from simulator.feasibility import (
+from simulator.scenario.config import ScenarioConfig, load_scenario, validate
+from simulator.scenario.feasibility import (
     check_budgets,
     check_max_model_len,
     check_nodes,
     check_scenario_memory,
 )
-from simulator.kv_groups_scenario import with_kv_groups
+from simulator.scenario.kv_groups import with_kv_groups
 from simulator.scheduling import SchedulerConfig, make_scheduler
 from simulator.version import __version__
 from simulator.workload import Workload, check_input_files, generate
@@ -104,24 +104,24 @@ def resolve(scenario: ScenarioConfig | dict[str, Any] | str | Path) -> ScenarioC
         cfg = load_scenario(scenario)
     check_input_files(cfg.workload)
     if cfg.parallel is not None:
-        from simulator.dp_scenario import with_expert_parallel
+        from simulator.scenario.parallel import with_expert_parallel
 
         cfg = with_expert_parallel(cfg)
     if cfg.cluster is not None:
-        from simulator.cluster_scenario import resolve_cluster
+        from simulator.scenario.cluster import resolve_cluster
 
         cfg = cfg.model_copy(update={"cluster": resolve_cluster(cfg, scheduler_for)})
     cfg = cfg.model_copy(update={"scheduler": scheduler_for(cfg.scheduler, cfg.cost_model)})
     if cfg.scheduler.kv_offload is not None or cfg.cluster is not None:
-        from simulator.offload_scenario import resolve_offload
+        from simulator.scenario.offload import resolve_offload
 
         cfg = resolve_offload(cfg)  # KV tiers: their bytes per token, their memory checked
     if cfg.scheduler.preemption_mode == "swap":
-        from simulator.swap_scenario import resolve_swap
+        from simulator.scenario.swap import resolve_swap
 
         cfg = resolve_swap(cfg)  # its KV bytes and host link, its memory checked
     if cfg.workload.multimodal is not None or cfg.workload.trace is not None:
-        from simulator.mm_scenario import resolve_multimodal
+        from simulator.scenario.multimodal import resolve_multimodal
 
         cfg = resolve_multimodal(cfg)  # its images' tokens, encoder budget and cache
     check_scenario_memory(cfg)  # a given num_blocks may not fit beside the weights
@@ -182,12 +182,12 @@ def run(
     started = time.perf_counter()
     with _progress_bar(len(workload), cfg.name, progress) as tick:
         if cfg.cluster is not None:
-            from simulator.cluster_scenario import build_cluster
+            from simulator.scenario.cluster import build_cluster
 
             cluster = build_cluster(cfg, workload, slo, tick, fast_decode, steps)
             return _finish(cluster.run(), cfg, workload, started)
         if cfg.parallel is not None and cfg.parallel.is_data_parallel:
-            from simulator.dp_scenario import build_dp_simulation
+            from simulator.scenario.parallel import build_dp_simulation
 
             kw = {"slo": slo, "step_sink": make_sink(steps, steps_path), "stop": stop}
             dp = build_dp_simulation(cfg, workload, tick, **kw)
@@ -221,7 +221,7 @@ def _price_images(sim: Simulation, cfg: ScenarioConfig) -> None:
     """The vision encoder's time on the steps that encode images (imported only when the
     workload may have some)."""
     if cfg.workload.multimodal is not None or cfg.workload.trace is not None:
-        from simulator.mm_scenario import encoder_cost
+        from simulator.scenario.multimodal import encoder_cost
 
         sim.price_encoder(encoder_cost(cfg))
 

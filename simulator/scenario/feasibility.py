@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 
 from simulator.cost.presets import activation_peak_bytes, load_hardware, load_model
 from simulator.errors import DoesNotFit, InputError, in_field
-from simulator.kv_groups_scenario import block_bytes
+from simulator.scenario.kv_groups import block_bytes
 
 if TYPE_CHECKING:
-    from simulator.config import ScenarioConfig
     from simulator.cost import CostModelConfig
+    from simulator.scenario.config import ScenarioConfig
     from simulator.scheduling import SchedulerConfig
 
 __all__ = [
@@ -138,7 +138,7 @@ def check_max_model_len(sched: SchedulerConfig, prefix: str = "") -> None:
     """Refuse a cache that cannot hold one request of ``max_model_len`` tokens, as vLLM
     refuses to start (``DoesNotFit``, saying the longest that fits)."""
     limit, num_blocks = sched.max_model_len, sched.num_blocks
-    if sched.kv_groups is not None:  # checked over the groups' layers (kv_groups_scenario)
+    if sched.kv_groups is not None:  # checked over the groups' layers (scenario/kv_groups.py)
         return
     if limit is None or num_blocks is None or -(-limit // sched.block_size) <= num_blocks:
         return

@@ -9,11 +9,11 @@ from typing import Any
 from simulator.cluster.cluster import Cluster
 from simulator.cluster.config import ClusterConfig, ReplicaGroup, replica_groups
 from simulator.cluster.kv_link import KVLink
-from simulator.config import ScenarioConfig
 from simulator.cost import CostModelConfig, build_cost_model
 from simulator.cost.gpus import named_gpus
 from simulator.cost.presets import load_hardware, load_model
 from simulator.errors import InputError, in_field
+from simulator.scenario.config import ScenarioConfig
 from simulator.scheduling.config import SchedulerConfig
 from simulator.workload.workload import Workload
 

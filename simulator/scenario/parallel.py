@@ -8,16 +8,17 @@ from typing import Any
 
 import numpy as np
 
-from simulator.config import ScenarioConfig
 from simulator.cost import CostModel, build_cost_model
 from simulator.cost.kernels import KernelsCostConfig
 from simulator.cost.physics import PhysicsCostConfig
 from simulator.cost.profiled import ProfiledCostConfig
 from simulator.cost.roofline import RooflineCostConfig
 from simulator.engine.dp_padding import DPPadding, capture_sizes
-from simulator.engine.dp_simulation import DataParallelSimulation
+from simulator.engine.lockstep import DataParallelRanks
 from simulator.engine.serving import ServingConfig
+from simulator.engine.simulation import Simulation
 from simulator.errors import InputError, in_field
+from simulator.scenario.config import ScenarioConfig
 from simulator.scheduling import make_scheduler
 from simulator.workload import Workload
 
@@ -73,13 +74,12 @@ def build_dp_simulation(
     workload: Workload,
     progress: Callable[[int], object] | None,
     **kwargs: Any,
-) -> DataParallelSimulation:
+) -> Simulation:
     """The run of a resolved scenario with ``parallel.data_parallel_size > 1`` ranks."""
     assert cfg.parallel is not None
     n = cfg.parallel.data_parallel_size
     costs: list[CostModel] = [build_cost_model(cfg.cost_model) for _ in range(n)]
-    if cfg.serving.changes_steps:
-        kwargs["with_cpu"] = _with_cpu(cfg.serving)
+    with_cpu = _with_cpu(cfg.serving) if cfg.serving.changes_steps else None
     spec = cfg.speculative
     ranks = [
         make_scheduler(cfg.scheduler, speculative=spec, rng=rng)
@@ -88,11 +88,12 @@ def build_dp_simulation(
     sched = cfg.scheduler
     max_num_batched_tokens, max_num_seqs = sched.budgets()
     sizes = capture_sizes(max_num_seqs, max_num_batched_tokens)
-    return DataParallelSimulation(
+    padding = DPPadding(sizes if cfg.parallel.cuda_graphs else None)
+    return Simulation(
         workload,
-        costs,
-        ranks,
-        padding=DPPadding(sizes if cfg.parallel.cuda_graphs else None),
+        costs[0],
+        ranks[0],
+        dp=DataParallelRanks(ranks, costs, padding, with_cpu),
         progress=progress,
         max_concurrency=cfg.workload.concurrency_caps,
         percentiles=cfg.metrics.percentiles,

@@ -10,11 +10,11 @@ from pathlib import Path
 import yaml
 
 from simulator.cluster.config import ClusterConfig, SharedKVConfig, replica_groups
-from simulator.config import ScenarioConfig
 from simulator.cost import CostModelConfig
 from simulator.cost.gpus import named_gpus
 from simulator.cost.presets import configs_dir, load_model
 from simulator.errors import InputError, in_field
+from simulator.scenario.config import ScenarioConfig
 from simulator.scheduling.config import SchedulerConfig
 
 
