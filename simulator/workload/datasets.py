@@ -35,6 +35,7 @@ __all__ = [
     "FileState",
     "base_url_from_env",
     "fetch",
+    "fetch_files",
     "file_state",
     "format_listing",
     "groups",
@@ -198,8 +199,21 @@ def fetch(
     """Download the named files under ``dest_dir``, skipping those already verified; return
     their paths. ``base_url`` None means ``$SERVESIM_DATA_URL`` or GitHub. ``report`` gets
     one line per file saying what was done (the CLI prints them)."""
+    return fetch_files(select(names), dest_dir, base_url, force, progress, timeout, report, retries)
+
+
+def fetch_files(
+    entries: Sequence[DataFile],
+    dest_dir: str | Path = DEFAULT_DEST,
+    base_url: str | None = None,
+    force: bool = False,
+    progress: bool = True,
+    timeout: float = TIMEOUT_S,
+    report: Callable[[str], object] | None = None,
+    retries: int = RETRIES,
+) -> list[Path]:
+    """``fetch`` of these entries (of any registry: ``kernel_files`` has its own)."""
     say = report or (lambda _: None)
-    entries = select(names)
     base = base_url or base_url_from_env()
     paths: list[Path] = []
     for entry in entries:
