@@ -105,3 +105,16 @@ def test_the_reader_uses_the_fetched_files_without_the_package(
             kernel_db.data_root()
     finally:
         kernel_db.measured_versions.cache_clear()
+
+
+def test_a_hardware_preset_name_selects_its_gpu_and_the_listing_says_where(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(["fetch", "kernels", "rtx-pro-6000", VERSION, "--list", "--dest", str(tmp_path)]) == 0
+    )
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("kernels:")]
+    assert len(rows) == len(select_kernels([GPU, VERSION])) == 15
+    assert all("missing" in row for row in rows) and "groups:" not in out
+    assert "ai-dynamo/aiconfigurator@095f58a" in out

@@ -169,8 +169,11 @@ def file_state(entry: DataFile, dest_dir: str | Path = DEFAULT_DEST) -> FileStat
     return "verified" if ok else "mismatch"
 
 
-def format_listing(entries: Sequence[DataFile], dest_dir: str | Path = DEFAULT_DEST) -> str:
-    """A table of ``entries``: name, size, licence, local state, destination and source."""
+def format_listing(
+    entries: Sequence[DataFile], dest_dir: str | Path = DEFAULT_DEST, with_groups: bool = True
+) -> str:
+    """A table of ``entries``: name, size, licence, local state, destination and source (and
+    the registry's groups, ``with_groups``)."""
     dest_dir = Path(dest_dir)
     width = max(len(e.name) for e in entries)
     lines = [f"{'name':<{width}}  {'size':>9}  {'license':<10}  {'state':<8}  dest / source"]
@@ -180,6 +183,8 @@ def format_listing(entries: Sequence[DataFile], dest_dir: str | Path = DEFAULT_D
             f"{file_state(e, dest_dir):<8}  {dest_dir / e.dest}"
         )
         lines.append(f"{'':<{width}}  {'':>9}  {'':<10}  {'':<8}  from {e.source()}")
+    if not with_groups:
+        return "\n".join(lines)
     lines.append("")
     named = [f"{g} = {' '.join(m)}" for g, m in groups().items() if g != ALL]
     lines.append("groups: " + "; ".join(named) + f"; {ALL} = every file")
