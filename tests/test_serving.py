@@ -128,3 +128,35 @@ def test_step_cpu_time_from_sums_equals_step_time(overlap: bool) -> None:
         new = np.where(rng.random(n) < 0.8, 1, rng.integers(2, 900, n)).tolist()
         batch = Batch(new, rng.integers(0, 8000, n).tolist())
         assert model.time_sums(StepSums.of(batch)) == model.step_time(batch)
+
+
+def _two_requests(async_scheduling: bool) -> pd.DataFrame:
+    """A second request arriving 2 ms into the first one's 9 ms prefill step."""
+    cfg = copy.deepcopy(ONE_REQUEST)
+    cfg["scheduler"].update(policy="vllm-v1", async_scheduling=async_scheduling)
+    cfg["workload"] = {
+        "num_requests": 2,
+        "arrival": {"process": "constant", "rate": 500},
+        "prompt_len": {"dist": "fixed", "value": 40},
+        "output_len": {"dist": "fixed", "value": 3},
+    }
+    return simulator.run(cfg).requests.sort_values("request_id")
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_the_engine_loop_takes_a_request_in_as_the_step_in_flight_ends(
+    async_scheduling: bool,
+) -> None:
+    """vLLM stamps QUEUED where its engine loop drains the input queue, between steps: with
+    async scheduling (which plans the step after the one in flight already), a request sent
+    during step N is queued as step N ends and first scheduled in step N + 2; a plain
+    server's stamp stays the arrival (as a cluster's)."""
+    first, second = (row for _, row in _two_requests(async_scheduling).iterrows())
+    assert second.arrival_s == pytest.approx(0.002)
+    step_end = first.first_token_s  # the first request's prefill step (9 ms)
+    if async_scheduling:
+        assert second.queued_s == pytest.approx(step_end, abs=1e-12)
+        assert second.first_scheduled_s > step_end + 1e-9  # N + 1 was planned already
+    else:
+        assert second.queued_s == second.arrival_s
+        assert second.first_scheduled_s == pytest.approx(step_end, abs=1e-12)

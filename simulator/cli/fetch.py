@@ -20,7 +20,8 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:
         "names",
         nargs="*",
         metavar="NAME",
-        help="file, group (traces, lengths, profiles, llmservingsim) or all; default: traces",
+        help="file, group (traces, lengths, profiles, llmservingsim) or all; default: traces; "
+        "or kernels [GPU [VERSION]]: NVIDIA's kernel database",
     )
     p.add_argument("--dest", default="data", help="base folder of the files (default: data)")
     p.add_argument(
@@ -42,19 +43,30 @@ def run(args: argparse.Namespace) -> int:
     """Download public traces and profiles, pinned to a commit and verified by sha256.
 
     NAME is a file, a group (traces, lengths, profiles, llmservingsim) or all; no NAME means
-    traces, the files the trace scenarios read (the real-* scenarios read llmservingsim). Files
+    traces, the files the trace scenarios read (the real-* scenarios read llmservingsim).
+    `kernels [GPU [VERSION]]` gets NVIDIA's database of measured vLLM kernels (all of it, one
+    GPU, by its folder or hardware preset name, or the tables one vLLM version of it reads)
+    into DEST/kernels, where cost_model.type kernels reads it when aiconfigurator-core is not
+    installed. Files
     already present with the right sha256 are not downloaded again. The source is
     raw.githubusercontent.com, or a mirror laid out as BASE/OWNER/REPO/COMMIT/PATH named by
     --base-url or $SERVESIM_DATA_URL (file:// works).
     """
-    from simulator.workload.datasets import fetch, format_listing, select
+    from simulator.workload.datasets import fetch_files, format_listing, select
+    from simulator.workload.kernel_files import select_kernels
 
-    if args.list:
+    names = list(args.names)
+    kernels = names[:1] == ["kernels"]
+    if kernels:
+        entries = select_kernels([_kernels_gpu(n) for n in names[1:2]] + names[2:])
+    else:
         # a listing with no names shows everything, not just the default selection
-        print(format_listing(select(args.names or ["all"]), args.dest))
+        entries = select(names or (["all"] if args.list else []))
+    if args.list:
+        print(format_listing(entries, args.dest, with_groups=not kernels))
         return 0
-    paths = fetch(
-        args.names,
+    paths = fetch_files(
+        entries,
         args.dest,
         args.base_url,
         force=args.force,
@@ -63,3 +75,15 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"{len(paths)} file(s) verified under {args.dest}")
     return 0
+
+
+def _kernels_gpu(name: str) -> str:
+    """The database's GPU folder a hardware preset names (``h100-sxm``: ``h100_sxm``), else
+    ``name`` as given."""
+    from simulator.cost.presets import load_hardware
+    from simulator.errors import InputError
+
+    try:
+        return load_hardware(name).kernels_gpu or name
+    except InputError:
+        return name

@@ -1,6 +1,8 @@
 """NVIDIA's database of measured vLLM kernels, as the installed ``aiconfigurator-core`` package
 ships it (``servesim[kernels]``; Apache-2.0): ``aiconfigurator_core/systems/data/<gpu>/<family>/
-vllm/<version>/<table>.parquet``, latencies in milliseconds. Read in place, never copied.
+vllm/<version>/<table>.parquet``, latencies in milliseconds. Read in place, never copied. Without
+the package, the same layout under ``data/kernels`` (``$SERVESIM_KERNELS_DIR``), where ``servesim
+fetch kernels`` saves the repository's files pinned to a commit and sha256-checked.
 
 A vLLM version is *measured* on a GPU when both its GEMM and attention tables exist at that
 version; the other tables (communication, MoE) are taken at that version, else at the newest
@@ -10,6 +12,7 @@ older one (AIConfigurator's backward fill), else the oldest newer one.
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -26,18 +29,33 @@ CORE_TABLES = ("gemm/gemm_perf", "attention/context_attention_perf")
 """Tables a version must have on a GPU to count as measured there."""
 
 
+FETCHED_ENV = "SERVESIM_KERNELS_DIR"
+"""Environment variable naming the fetched database's folder (default ``data/kernels``)."""
+
+
+def fetched_root() -> Path:
+    """Where ``servesim fetch kernels`` saved the database: ``$SERVESIM_KERNELS_DIR``, else
+    ``data/kernels`` (from the folder servesim runs in, as every ``data/`` path)."""
+    return Path(os.environ.get(FETCHED_ENV) or Path("data") / "kernels")
+
+
 def data_root() -> Path:
     """``systems/data`` of the installed package (found without importing it: its compiled
-    core is not needed to read the tables); not installed -> ``InputError``."""
+    core is not needed to read the tables), else the fetched files (``fetched_root``);
+    neither -> ``InputError``."""
     spec = importlib.util.find_spec(PACKAGE)
     locations = list(spec.submodule_search_locations or []) if spec else []
     for loc in locations:
         root = Path(loc) / "systems" / "data"
         if root.is_dir():
             return root
+    fetched = fetched_root()
+    if fetched.is_dir():
+        return fetched
     raise InputError(
         "cost_model.type: kernels needs NVIDIA's kernel database: pip install "
-        "'servesim[kernels]' (aiconfigurator-core), or use cost_model.type: physics"
+        "'servesim[kernels]' (aiconfigurator-core) or servesim fetch kernels [GPU], "
+        "or use cost_model.type: physics"
     )
 
 

@@ -150,6 +150,11 @@ class Server:
         return self.recorder.num_tokens
 
     @property
+    def plans_ahead(self) -> bool:
+        """Whether steps are planned one ahead (``scheduler.async_scheduling``)."""
+        return self._ahead is not None
+
+    @property
     def busy_until(self) -> float:
         """End of the step in flight (or of the last one taken)."""
         window = self._window or self._ahead

@@ -189,6 +189,14 @@ class Simulation:
         )
         if not self.server.submit(seq):
             self._slot_freed(1, at)  # rejected: it is not in flight
+            return
+        # vLLM's engine loop takes requests in (its QUEUED stamp) only between steps: a
+        # request sent while a step runs is queued as that step ends. Stamped so with the
+        # loop's async scheduling (data-parallel ranks always, engine/lockstep.py); a plain
+        # server's (and a cluster's) stamp stays its arrival at the engine
+        server = self.server
+        if isinstance(server, Server) and server.plans_ahead and server.busy_until > at:
+            self.queued_s[i] = server.busy_until
 
     def _slot_freed(self, num_done: int, at: float) -> None:
         """``num_done`` requests ended at ``at`` (inside a decode window, ``at`` may be ahead

@@ -1,7 +1,9 @@
 """Every metric derives from the request timestamps, each defined once (see docs/metrics.md):
 
 - ``arrival_s``: the request reaches the (API) server: the client sent it.
-- ``queued_s``: it enters the engine's waiting queue (arrival + the front end's delay).
+- ``queued_s``: it enters the engine's waiting queue (arrival + the front end's delay, or
+  the end of the step then running on a busy engine that plans ahead, as vLLM's QUEUED
+  stamp).
 - ``first_scheduled_s``: start of the first step that computes any of its tokens.
 - ``first_token_s``: end of the step that samples its first output token.
 - ``finish_s``: end of the step that samples its last output token.

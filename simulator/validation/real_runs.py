@@ -76,17 +76,27 @@ def kernels_overrides(scenario: dict[str, Any], data_dir: Path) -> dict[str, Any
     return {**keep, "cost_model": {**kernels, "tp": cm.get("tp", 1)}}
 
 
+def physics_overrides(scenario: dict[str, Any], data_dir: Path) -> dict[str, Any]:
+    """``data_overrides`` with the scenario's cost model replaced by ``physics`` (its shipped
+    parameters) on the same model, GPU and TP (its interconnect is the preset's)."""
+    out = data_overrides(scenario, data_dir)
+    cm = scenario["cost_model"]
+    keep = {k: v for k, v in out.items() if not k.startswith("cost_model.")}
+    physics = {"type": "physics", "model": out.get("cost_model.model", cm["model"])}
+    return {**keep, "cost_model": {**physics, "hardware": cm["hardware"], "tp": cm.get("tp", 1)}}
+
+
 def replay(
-    run: RealRun, root: Path, data_dir: Path, kernels: bool = False
+    run: RealRun, root: Path, data_dir: Path, kernels: bool = False, physics: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(servesim's comparison, LLMServingSim's errors) of ``run``: its scenario under
-    ``root/scenarios`` simulated on the files in ``data_dir`` (``kernels``: with the
-    ``kernels`` cost model instead of the scenario's)."""
+    ``root/scenarios`` simulated on the files in ``data_dir`` (``kernels`` or ``physics``:
+    with that cost model instead of the scenario's)."""
     from simulator.scenario.config import load_scenario, read_yaml
     from simulator.scenario.runner import run as simulate
 
     path = root / "scenarios" / f"{run.scenario}.yaml"
-    overrides = kernels_overrides if kernels else data_overrides
+    overrides = kernels_overrides if kernels else physics_overrides if physics else data_overrides
     cfg = load_scenario(path, overrides(read_yaml(path), data_dir))
     result = simulate(cfg)
     meas = read_measured(data_dir / run.measured, "llmservingsim")
@@ -121,27 +131,37 @@ def end_to_end_table(data_dir: Path, root: Path | None = None) -> str:
 
 
 def kernels_table(data_dir: Path, root: Path | None = None) -> str:
-    """The markdown table of the runs on measured GPUs replayed with ``kernels``, beside the
-    scenario's own (``profiled``) replay: per metric and statistic, the errors."""
+    """The markdown table of every run replayed with ``kernels`` (on the GPUs the database
+    measured; "-" elsewhere), beside the scenario's own ``profiled`` replay, ``physics`` (its
+    shipped parameters) and LLMServingSim's own errors, per metric and statistic."""
     root = root or Path(__file__).resolve().parents[2]
     lines = [
-        "| run | metric | stat | measured | kernels | kernels error | profiled error |",
-        "|---|---|---|---:|---:|---:|---:|",
+        "| run | metric | stat | measured | kernels | kernels error | profiled error "
+        "| physics error | LLMServingSim error |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for run in KERNELS_RUNS:
-        ours, _ = replay(run, root, data_dir, kernels=True)
-        theirs, _ = replay(run, root, data_dir)
+    for run in RUNS:
+        ours = replay(run, root, data_dir, kernels=True)[0] if run in KERNELS_RUNS else None
+        profiled, lss = replay(run, root, data_dir)
+        physics, _ = replay(run, root, data_dir, physics=True)
         for metric in ("ttft", "tpot", "e2e"):
+            unit, scale = ("s", 1.0) if metric != "tpot" else ("ms", 1e3)
             for stat in STATS:
-                row = ours[metric][stat]
-                unit, scale = ("s", 1.0) if metric != "tpot" else ("ms", 1e3)
+                row = profiled[metric][stat]
+                mine = "| - | - " if ours is None else _figure(ours[metric][stat], unit, scale)
                 lines.append(
                     f"| {run.name} | {metric.upper()} | {stat} "
-                    f"| {row['measured'] * scale:,.1f} {unit} "
-                    f"| {row['simulated'] * scale:,.1f} {unit} | {row['error_pct']:+.1f}% "
-                    f"| {theirs[metric][stat]['error_pct']:+.1f}% |"
+                    f"| {row['measured'] * scale:,.1f} {unit} {mine}"
+                    f"| {row['error_pct']:+.1f}% "
+                    f"| {physics[metric][stat]['error_pct']:+.1f}% "
+                    f"| {lss[metric][stat]:+.1f}% |"
                 )
     return "\n".join(lines)
+
+
+def _figure(row: dict[str, float], unit: str, scale: float) -> str:
+    """``| simulated | error `` cells of a comparison row."""
+    return f"| {row['simulated'] * scale:,.1f} {unit} | {row['error_pct']:+.1f}% "
 
 
 def replace_between_markers(text: str, table: str, markers: tuple[str, str] = (BEGIN, END)) -> str:

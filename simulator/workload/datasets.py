@@ -35,6 +35,7 @@ __all__ = [
     "FileState",
     "base_url_from_env",
     "fetch",
+    "fetch_files",
     "file_state",
     "format_listing",
     "groups",
@@ -168,8 +169,11 @@ def file_state(entry: DataFile, dest_dir: str | Path = DEFAULT_DEST) -> FileStat
     return "verified" if ok else "mismatch"
 
 
-def format_listing(entries: Sequence[DataFile], dest_dir: str | Path = DEFAULT_DEST) -> str:
-    """A table of ``entries``: name, size, licence, local state, destination and source."""
+def format_listing(
+    entries: Sequence[DataFile], dest_dir: str | Path = DEFAULT_DEST, with_groups: bool = True
+) -> str:
+    """A table of ``entries``: name, size, licence, local state, destination and source (and
+    the registry's groups, ``with_groups``)."""
     dest_dir = Path(dest_dir)
     width = max(len(e.name) for e in entries)
     lines = [f"{'name':<{width}}  {'size':>9}  {'license':<10}  {'state':<8}  dest / source"]
@@ -179,6 +183,8 @@ def format_listing(entries: Sequence[DataFile], dest_dir: str | Path = DEFAULT_D
             f"{file_state(e, dest_dir):<8}  {dest_dir / e.dest}"
         )
         lines.append(f"{'':<{width}}  {'':>9}  {'':<10}  {'':<8}  from {e.source()}")
+    if not with_groups:
+        return "\n".join(lines)
     lines.append("")
     named = [f"{g} = {' '.join(m)}" for g, m in groups().items() if g != ALL]
     lines.append("groups: " + "; ".join(named) + f"; {ALL} = every file")
@@ -198,8 +204,21 @@ def fetch(
     """Download the named files under ``dest_dir``, skipping those already verified; return
     their paths. ``base_url`` None means ``$SERVESIM_DATA_URL`` or GitHub. ``report`` gets
     one line per file saying what was done (the CLI prints them)."""
+    return fetch_files(select(names), dest_dir, base_url, force, progress, timeout, report, retries)
+
+
+def fetch_files(
+    entries: Sequence[DataFile],
+    dest_dir: str | Path = DEFAULT_DEST,
+    base_url: str | None = None,
+    force: bool = False,
+    progress: bool = True,
+    timeout: float = TIMEOUT_S,
+    report: Callable[[str], object] | None = None,
+    retries: int = RETRIES,
+) -> list[Path]:
+    """``fetch`` of these entries (of any registry: ``kernel_files`` has its own)."""
     say = report or (lambda _: None)
-    entries = select(names)
     base = base_url or base_url_from_env()
     paths: list[Path] = []
     for entry in entries:
