@@ -213,6 +213,10 @@ def test_a_config_without_type_gets_kernels_where_measured_else_physics(
     assert default_type("rtx-pro-6000") == "kernels"
     assert default_type("l4") == "physics"  # in the database, no vLLM tables
     assert default_type("mi300x") == "physics"
+    # a hybrid model's windowed layers are not read from the database yet: physics, not a refusal
+    gpt_oss = Path(__file__).parents[2] / "shared" / "data" / "models" / "gpt-oss-20b.json"
+    assert default_type("rtx-pro-6000", str(gpt_oss)) == "physics"
+    assert default_type("rtx-pro-6000", "llama-3.1-8b") == "kernels"
     assert validate(_no_type("h100-sxm"), "s").cost_model.type == "kernels"
     assert validate(_no_type("rtx-4090"), "s").cost_model.type == "physics"
     import yaml

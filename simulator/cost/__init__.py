@@ -58,17 +58,22 @@ class ImportedCostConfig(BaseModel):
     """Whatever the class reads (its own names and units)."""
 
 
-def default_type(hardware: str) -> str:
+def default_type(hardware: str, model: str | None = None) -> str:
     """The cost model a config naming ``model`` and ``hardware`` but no ``type`` gets:
-    ``kernels`` where the kernel database measured the GPU (and is installed), else
-    ``physics`` (an unknown preset too: physics then names it)."""
+    ``kernels`` where the kernel database measured the GPU (and is installed) and prices every
+    layer of ``model``, else ``physics`` (an unknown preset too: physics then names it; a
+    hybrid model's sliding-window, state or sparse layers too: kernels does not read their
+    rows yet, ``kernel_hybrid.py``)."""
     from simulator.cost.kernel_db import measured_gpus
 
     try:
         gpu = load_hardware(hardware).kernels_gpu
-        return "kernels" if gpu is not None and gpu in measured_gpus() else "physics"
+        if gpu is None or gpu not in measured_gpus():
+            return "physics"
+        hybrid = model is not None and load_model(model).layers is not None
     except InputError:
         return "physics"
+    return "physics" if hybrid else "kernels"
 
 
 def _tag(value: Any) -> str | None:
@@ -79,7 +84,7 @@ def _tag(value: Any) -> str | None:
         kind = value.get("type")
         hardware = value.get("hardware")
         if kind is None and isinstance(hardware, str) and isinstance(value.get("model"), str):
-            return default_type(hardware)
+            return default_type(hardware, value["model"])
     else:
         kind = getattr(value, "type", None)
     return "imported" if isinstance(kind, str) and is_import_path(kind) else kind
