@@ -71,6 +71,24 @@ class KVManager:
         of its first blocks (its hit) have their reference written down in the pool (its
         others have not: only it can hold them)."""
 
+    # -- what hybrid KV-cache groups (``hybrid_kv.py``) change; one group: nothing ----------
+
+    def fast_path_refusal(self) -> str | None:
+        """Why the deferred decode group cannot run on these blocks, or None."""
+        return None
+
+    def new_step(self) -> None:
+        """A step's scheduling starts."""
+
+    def clip(self, seq: Sequence, start: int, n: int) -> int:
+        """The tokens of a chunk of ``n`` from ``start`` the blocks allow (all of them)."""
+        return n
+
+    def held(self) -> dict[Sequence, list[int]]:
+        """Per sequence holding blocks, the blocks it holds in each KV-cache group (only
+        hybrid groups say: one group's are ``seq.num_blocks``)."""
+        return {}
+
     def block_ids(self, seq: Sequence) -> list[int]:
         """The blocks ``seq`` holds, in token order (with caching; else none have ids)."""
         return self.tables.get(seq, [])

@@ -34,9 +34,10 @@ from typing import Any
 from mypy_extensions import mypyc_attr
 
 from simulator.scheduling.fast_step import FastSteps
+from simulator.scheduling.hybrid_kv import kv_manager_for
 from simulator.scheduling.intake import Intake
 from simulator.scheduling.interface import Acceptor, ManySampler, Sampler, Scheduler, StepPlan
-from simulator.scheduling.kv_manager import KVManager
+from simulator.scheduling.kv_group import KVGroup
 from simulator.scheduling.preemption import Preemption
 from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
 from simulator.scheduling.sequence import Sequence, SequenceStatus
@@ -87,13 +88,20 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         accept: Acceptor | None = None,
         async_scheduling: bool = False,
         max_model_len: int = 0,
+        kv_groups: list[KVGroup] | None = None,
     ) -> None:
         self.max_model_len = max_model_len
         size = positive("num_blocks", num_blocks), positive("block_size", block_size)
-        self.blocks = KVManager(*size, caching=enable_prefix_caching)
-        """The KV blocks: counted, or with identities and a prefix cache."""
         self.max_num_seqs = positive("max_num_seqs", max_num_seqs)
         self.max_num_batched_tokens = positive("max_num_batched_tokens", max_num_batched_tokens)
+        if kv_groups is not None and num_speculative_tokens:
+            raise ValueError("kv_groups: hybrid KV-cache groups take no speculative decoding")
+        chunk = max_num_batched_tokens, long_prefill_token_threshold
+        self.blocks = kv_manager_for(
+            *size, enable_prefix_caching, kv_groups, max_model_len, *chunk
+        )
+        """The KV blocks: counted, or with identities and a prefix cache (hybrid KV-cache
+        groups: several tables per sequence in one pool, ``hybrid_kv.py``)."""
         self.admit_after_preemption = admit_after_preemption
         """Admit waiting sequences in a step that preempted someone."""
         self.reserve_full_isl = reserve_full_isl
@@ -123,6 +131,8 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         self._known: set[Hashable] = set()
         self._plan: StepPlan | None = None
         self._init_fast(StepScheduler)
+        if self.fast_path_declined is None:
+            self.fast_path_declined = self.blocks.fast_path_refusal()
         self._loading: set[Sequence] = set()  # holding blocks while their KV loads from a tier
         self.swap: SwapSpace | None = None  # swap preemption's (``enable_swap``), or None
 
@@ -195,6 +205,7 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         preempted and the policy says wait), under one token budget."""
         self._settle()
         self._run = self._memo = None  # the step may change anything: the group starts anew
+        self.blocks.new_step()
         cap = self._cap()
         plan = StepPlan([], [], [], 0, [])
         budget = self._plan_running(plan, cap)
@@ -240,6 +251,10 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
                 n = budget
             # the common case, a decode inside its last block, needs no new block: no call
             if c + n > seq.num_blocks * limit:
+                n = blocks.clip(seq, c, n)  # hybrid groups: every step (seq.num_blocks is 0)
+                if not n:
+                    i += 1
+                    continue
                 fits, refund, dropped = self._make_room(seq, n, plan)
                 budget += refund
                 i -= dropped
@@ -318,6 +333,9 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
                 n = cap
             if n > budget:
                 n = budget
+            n = blocks.clip(seq, start, n)
+            if not n:
+                break
             if reserve and blocks.num_needed(seq, seq.num_tokens, hits) > blocks.num_free:
                 break
             if not (blocks.admit(seq, start + n, hits) if hits else blocks.grow(seq, start + n)):

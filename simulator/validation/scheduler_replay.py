@@ -21,16 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from math import gcd, lcm
+
 from simulator.errors import InputError
+from simulator.scheduling.kv_group import KVGroup
 from simulator.scheduling.interface import Acceptor, ManySampler, Sampler, Scheduler
 from simulator.scheduling.sequence import Sequence
 from simulator.scheduling.step_scheduler import StepScheduler
 from simulator.validation.scheduler_calls import replay_calls
-from simulator.validation.scheduler_cases import Case, check_steps, read_cases
+from simulator.validation.scheduler_cases import KV_GROUP_TYPES, Case, check_steps, read_cases
 
 EOS = 50256
 OUT_TOKEN0 = 100_000
 REPLAY_POLICIES = ("spec", "vllm-v1")
+HYBRID_KINDS = ("hybrid_swa", "hybrid_mamba")
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,35 @@ def make_replay_scheduler(
         accept=accept,
         async_scheduling=c.get("async_scheduling", False),
         max_model_len=c["max_model_len"],
+        kv_groups=case_kv_groups(case),
     )
+
+
+def case_kv_groups(case: Case) -> list[KVGroup] | None:
+    """A hybrid case's KV-cache groups, as vLLM built them (None for the other kinds);
+    InputError if the block sizes servesim derives from them are not the recorded ones."""
+    c = case.config
+    if "kv_groups" not in c:
+        return None
+    groups = [
+        KVGroup(
+            kind=KV_GROUP_TYPES[g["type"]],  # type: ignore[arg-type]
+            block_size=g["block_size"],
+            num_layers=g["layers"],
+            sliding_window=g.get("sliding_window"),
+            mamba_cache_mode=g.get("mamba_cache_mode"),
+        )
+        for g in c["kv_groups"]
+    ]
+    sizes = [g.block_size for g in groups]
+    derived = {
+        "scheduler_block_size": lcm(*sizes),
+        "hash_block_size": gcd(*sizes) if c["enable_prefix_caching"] else lcm(*sizes),
+    }
+    for key, value in derived.items():
+        if c[key] != value:
+            raise InputError(f"{case.path}:{case.line}: field 'config.{key}': {c[key]}, but its groups give {value}")
+    return groups
 
 
 def script_acceptor(case: Case) -> Acceptor:
@@ -142,7 +174,7 @@ def replay(case: Case, policy: str, fast: bool = False) -> list[dict[str, Any]]:
         first = len(seq.output)
         return [EOS if eos_at[i] == p else OUT_TOKEN0 + i for p in range(first, first + k)]
 
-    many = sample_many if fast and case.kind in ("plain", "async") else None
+    many = sample_many if fast and case.kind in ("plain", "async", *HYBRID_KINDS) else None
     sched = make_replay_scheduler(case, policy, sample, many, script_acceptor(case))
     seqs = case_sequences(case)
     arrivals: dict[int, list[Sequence]] = {}
@@ -157,18 +189,22 @@ def replay(case: Case, policy: str, fast: bool = False) -> list[dict[str, Any]]:
     for k in range(limit):
         for seq in arrivals.get(k, ()):
             sched.add(seq)
-        steps.append(_replay_step(sched, fast, case.kind != "plain"))
+        steps.append(_replay_step(sched, fast, case.kind))
         if k >= last and not sched.has_work():
             return steps
     raise RuntimeError(f"{case.name}: no end after {limit} steps (scheduler made no progress)")
 
 
-def _replay_step(sched: Scheduler, fast: bool, spec: bool = False) -> dict[str, Any]:
+def _replay_step(sched: Scheduler, fast: bool, kind: str = "plain") -> dict[str, Any]:
     """One step, planned and applied, as a recorded step is written (ids: list indices)."""
     plan = sched.fast_step() if fast else None
+    held = None
     if plan is None:
         plan = sched.schedule()
         members: list[Any] = []
+        if kind in HYBRID_KINDS:  # each group's blocks after schedule(), as recorded
+            assert isinstance(sched, StepScheduler)
+            held = {s.seq_id: n for s, n in sched.blocks.held().items()}
         done = sched.update()
     else:  # the deferred decode group first (the head of the running order), one token each
         members = sched.decode_batch_ids()
@@ -186,9 +222,11 @@ def _replay_step(sched: Scheduler, fast: bool, spec: bool = False) -> dict[str, 
         "finished": [str(i) for i in sorted(s.seq_id for s in done)],  # type: ignore[type-var]
         "free_blocks": sched.num_blocks - sched.num_blocks_used,
     }
-    if spec:
+    if kind == "spec":
         step["spec"] = {str(s.seq_id): d for s, d in plan.drafts.items()}
         step["accepted"] = {str(s.seq_id): a for s, a in plan.accepted.items()}
+    if held is not None:
+        step["blocks"] = {str(i): held[i] for i in sorted(held)}  # type: ignore[type-var]
     return step
 
 
