@@ -112,7 +112,9 @@ class FullGroup:
         """Which of the newly full blocks ``lo..hi-1`` enter the cache (None: all)."""
         return None
 
-    def cache(self, seq: Sequence, num_tokens: int, hashes: list[int], bounds: tuple[int, int]) -> None:
+    def cache(
+        self, seq: Sequence, num_tokens: int, hashes: list[int], bounds: tuple[int, int]
+    ) -> None:
         """Cache the blocks of ``seq`` that are full once it holds ``num_tokens`` tokens (of
         content ``hashes``), those ``mask`` keeps; ``bounds``: where a later sequence may
         resume (its prompt's last token, a shared prefix's end or 0)."""

@@ -71,8 +71,8 @@ class HybridKV(KVManager):
         if caching and not mamba_none and len(set(sizes)) > 1:
             # vLLM hashes at the gcd and regroups; servesim hashes per one block size
             raise ValueError(
-                f"kv_groups: prefix caching over groups of different block sizes {sorted(set(sizes))}"
-                " is not simulated"
+                "kv_groups: prefix caching over groups of different block sizes "
+                f"{sorted(set(sizes))} is not simulated"
             )
         self.hash_block_size = gcd(*sizes) if caching else self.block_size
         """Tokens per content hash."""
@@ -86,7 +86,12 @@ class HybridKV(KVManager):
         """The groups, in vLLM's order."""
         by_spec: dict[tuple[str, int, int, str], list[FullGroup]] = {}
         for g, spec in zip(self.groups, kv_groups, strict=True):
-            key = (spec.kind, spec.block_size, spec.sliding_window or 0, spec.mamba_cache_mode or "")
+            key = (
+                spec.kind,
+                spec.block_size,
+                spec.sliding_window or 0,
+                spec.mamba_cache_mode or "",
+            )
             by_spec.setdefault(key, []).append(g)
         # groups of one spec share a lookup; full attention first
         self.lookups = sorted(by_spec.values(), key=lambda peers: not peers[0].downward_closed)
@@ -98,9 +103,10 @@ class HybridKV(KVManager):
         self.found: tuple[Sequence, list[list[int]], int] | None = None
         """The last lookup: the sequence, its hit blocks per group and its hit tokens."""
 
-    def fast_path_refusal(self) -> str | None:
-        """Why the deferred decode group cannot run on these blocks."""
-        return "hybrid KV-cache groups: every step goes through schedule() and update()"
+    def refuses(self, feature: str) -> str | None:
+        """Why ``feature`` cannot run on these blocks: none of them is simulated with hybrid
+        groups yet (the fast path declines: every step goes through ``schedule()``)."""
+        return f"{feature} is not simulated with hybrid KV-cache groups"
 
     def blocks_for(self, num_tokens: int) -> int:
         """Most blocks a sequence of ``num_tokens`` tokens of KV holds at once, all groups."""
@@ -137,7 +143,9 @@ class HybridKV(KVManager):
 
     def _find(self, seq: Sequence, max_tokens: int) -> tuple[int, list[list[int]], int]:
         """The hit's tokens, its blocks per group and the longest hit of any kind."""
-        hashes = extend_hashes(seq, max(max_tokens, 0) // self.hash_block_size, self.hash_block_size)
+        hashes = extend_hashes(
+            seq, max(max_tokens, 0) // self.hash_block_size, self.hash_block_size
+        )
         per_group: list[list[int] | None] = [None] * len(self.groups)
         lengths = [0] * len(self.groups)
         hit, longest = max_tokens, 0
@@ -194,8 +202,8 @@ class HybridKV(KVManager):
             g.remove_skipped(seq, computed)
         hits = per_group or [[] for _ in groups]
         need = sum(g.num_to_allocate(seq, num_tokens, hits[g.gid], computed, False) for g in groups)
-        if need > self.pool.num_free:
-            self.pool_changed()
+        self.pool_changed()  # the blocks given back are free now
+        if need > self.num_blocks - self.num_used:
             return False
         if per_group is not None:
             for g in groups:

@@ -73,8 +73,9 @@ class KVManager:
 
     # -- what hybrid KV-cache groups (``hybrid_kv.py``) change; one group: nothing ----------
 
-    def fast_path_refusal(self) -> str | None:
-        """Why the deferred decode group cannot run on these blocks, or None."""
+    def refuses(self, feature: str) -> str | None:
+        """Why ``feature`` (the fast path, KV tiers, swap preemption) cannot run on these
+        blocks, or None."""
         return None
 
     def new_step(self) -> None:

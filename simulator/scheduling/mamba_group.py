@@ -115,7 +115,9 @@ class MambaGroup(FullGroup):
                 keep[j - lo] = True
         return keep
 
-    def cache(self, seq: Sequence, num_tokens: int, hashes: list[int], bounds: tuple[int, int]) -> None:
+    def cache(
+        self, seq: Sequence, num_tokens: int, hashes: list[int], bounds: tuple[int, int]
+    ) -> None:
         """As a full group caches (through ``mask``), noting the states cached now."""
         before = self.num_cached.get(seq, 0)
         super().cache(seq, num_tokens, hashes, bounds)

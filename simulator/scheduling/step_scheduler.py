@@ -97,9 +97,7 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         if kv_groups is not None and num_speculative_tokens:
             raise ValueError("kv_groups: hybrid KV-cache groups take no speculative decoding")
         chunk = max_num_batched_tokens, long_prefill_token_threshold
-        self.blocks = kv_manager_for(
-            *size, enable_prefix_caching, kv_groups, max_model_len, *chunk
-        )
+        self.blocks = kv_manager_for(*size, enable_prefix_caching, kv_groups, max_model_len, *chunk)
         """The KV blocks: counted, or with identities and a prefix cache (hybrid KV-cache
         groups: several tables per sequence in one pool, ``hybrid_kv.py``)."""
         self.admit_after_preemption = admit_after_preemption
@@ -132,7 +130,7 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         self._plan: StepPlan | None = None
         self._init_fast(StepScheduler)
         if self.fast_path_declined is None:
-            self.fast_path_declined = self.blocks.fast_path_refusal()
+            self.fast_path_declined = self.blocks.refuses("the fast path")
         self._loading: set[Sequence] = set()  # holding blocks while their KV loads from a tier
         self.swap: SwapSpace | None = None  # swap preemption's (``enable_swap``), or None
 

@@ -229,7 +229,9 @@ def _config(value: Any, case_kind: str) -> dict[str, Any]:
 def _hybrid_config(value: Any, case_kind: str) -> dict[str, Any]:
     """A hybrid kind's config: the plain keys, its own, and the groups as vLLM built them."""
     own = (*HYBRID_CONFIG_FIELDS[case_kind], "kind", "kv_groups")
-    obj = _object(value, "config", [*CONFIG_FIELDS, *own, "scheduler_block_size", "hash_block_size"])
+    obj = _object(
+        value, "config", [*CONFIG_FIELDS, *own, "scheduler_block_size", "hash_block_size"]
+    )
     plain = _config({k: obj[k] for k in CONFIG_FIELDS}, "plain")
     for key in ("scheduler_block_size", "hash_block_size"):
         _typed(obj[key], f"config.{key}", int, 1)
@@ -240,7 +242,9 @@ def _hybrid_config(value: Any, case_kind: str) -> dict[str, Any]:
         where = f"config.kv_groups[{j}]"
         _typed(g, where, dict)
         if g.get("type") not in KV_GROUP_TYPES:
-            raise _Bad(f"field '{where}.type': {g.get('type')!r} is not one of {', '.join(KV_GROUP_TYPES)}")
+            raise _Bad(
+                f"field '{where}.type': {g.get('type')!r} is not one of {', '.join(KV_GROUP_TYPES)}"
+            )
         for key in ("layers", "block_size"):
             _typed(g.get(key), f"{where}.{key}", int, 1)
     return {**obj, **plain}
@@ -293,10 +297,12 @@ def _call(value: Any, k: int, num_requests: int) -> None:
 
 def _step(value: Any, k: int, num_requests: int, kind: str = "plain") -> dict[str, Any]:
     where = f"steps[{k}]"
-    fields = STEP_FIELDS if kind == "plain" else (*SPEC_STEP_FIELDS, "free_blocks")
+    fields: tuple[str, ...] = STEP_FIELDS if kind == "plain" else (*SPEC_STEP_FIELDS, "free_blocks")
     if kind in HYBRID_CONFIG_FIELDS:
         fields = (*STEP_FIELDS, "blocks")
-        for rid, held in _typed(value.get("blocks") if isinstance(value, dict) else None, f"{where}.blocks", dict).items():
+        for rid, held in _typed(
+            value.get("blocks") if isinstance(value, dict) else None, f"{where}.blocks", dict
+        ).items():
             for j, n in enumerate(_typed(held, f"{where}.blocks.{rid}", list)):
                 _typed(n, f"{where}.blocks.{rid}[{j}]", int, 0)
     obj = _object(value, where, fields)

@@ -18,14 +18,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
+from math import gcd, lcm
 from pathlib import Path
 from typing import Any
 
-from math import gcd, lcm
-
 from simulator.errors import InputError
-from simulator.scheduling.kv_group import KVGroup
 from simulator.scheduling.interface import Acceptor, ManySampler, Sampler, Scheduler
+from simulator.scheduling.kv_group import KVGroup
 from simulator.scheduling.sequence import Sequence
 from simulator.scheduling.step_scheduler import StepScheduler
 from simulator.validation.scheduler_calls import replay_calls
@@ -125,7 +124,10 @@ def case_kv_groups(case: Case) -> list[KVGroup] | None:
     }
     for key, value in derived.items():
         if c[key] != value:
-            raise InputError(f"{case.path}:{case.line}: field 'config.{key}': {c[key]}, but its groups give {value}")
+            raise InputError(
+                f"{case.path}:{case.line}: field 'config.{key}': {c[key]}, "
+                f"but its groups give {value}"
+            )
     return groups
 
 
