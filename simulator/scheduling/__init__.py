@@ -74,7 +74,7 @@ def make_scheduler(
         async_scheduling=cfg.async_scheduling,
         max_model_len=cfg.max_model_len or 0,
         **_speculation(speculative, rng),
-        **({} if cfg.kv_groups is None else {"kv_groups": cfg.kv_groups}),
+        kv_groups=cfg.kv_groups,
     )
     off = cfg.kv_offload
     if off is not None and off.cpu is not None:
