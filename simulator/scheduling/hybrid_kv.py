@@ -35,6 +35,7 @@ def kv_manager_for(
     max_model_len: int,
     max_num_batched_tokens: int,
     long_prefill_token_threshold: int,
+    num_speculative_tokens: int = 0,
 ) -> KVManager:
     """The KV manager of ``kv_groups``: one full group (or None) is the plain ``KVManager``
     of its block size; any other list a ``HybridKV`` (a scheduler's budgets: window groups
@@ -45,6 +46,8 @@ def kv_manager_for(
         raise ValueError("kv_groups: empty (omit it for one full-attention group)")
     if len(kv_groups) == 1 and kv_groups[0].kind == "full":
         return KVManager(num_blocks, kv_groups[0].block_size, caching=caching)
+    if num_speculative_tokens:
+        raise ValueError("kv_groups: hybrid KV-cache groups take no speculative decoding")
     chunk = max_num_batched_tokens
     if long_prefill_token_threshold > 0:
         chunk = min(chunk, long_prefill_token_threshold)

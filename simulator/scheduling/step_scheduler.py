@@ -35,7 +35,7 @@ from mypy_extensions import mypyc_attr
 
 from simulator.scheduling.fast_step import FastSteps
 from simulator.scheduling.hybrid_kv import kv_manager_for
-from simulator.scheduling.intake import Intake
+from simulator.scheduling.intake import Intake, positive
 from simulator.scheduling.interface import Acceptor, ManySampler, Sampler, Scheduler, StepPlan
 from simulator.scheduling.kv_group import KVGroup
 from simulator.scheduling.preemption import Preemption
@@ -55,13 +55,6 @@ PRESETS: dict[str, dict[str, bool]] = {
 }
 """The built-in policies as flags of ``StepScheduler`` (the constructor's defaults are
 ``spec``'s); docs/scheduler.md."""
-
-
-def positive(name: str, value: int) -> int:
-    """``value`` if it is a positive int, else a ValueError naming ``name``."""
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a policy of the user's may subclass it
@@ -94,12 +87,9 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         size = positive("num_blocks", num_blocks), positive("block_size", block_size)
         self.max_num_seqs = positive("max_num_seqs", max_num_seqs)
         self.max_num_batched_tokens = positive("max_num_batched_tokens", max_num_batched_tokens)
-        if kv_groups is not None and num_speculative_tokens:
-            raise ValueError("kv_groups: hybrid KV-cache groups take no speculative decoding")
-        chunk = max_num_batched_tokens, long_prefill_token_threshold
+        chunk = max_num_batched_tokens, long_prefill_token_threshold, num_speculative_tokens
         self.blocks = kv_manager_for(*size, enable_prefix_caching, kv_groups, max_model_len, *chunk)
-        """The KV blocks: counted, or with identities and a prefix cache (hybrid KV-cache
-        groups: several tables per sequence in one pool, ``hybrid_kv.py``)."""
+        """The KV blocks: counted, with identities and a prefix cache, or hybrid groups."""
         self.admit_after_preemption = admit_after_preemption
         """Admit waiting sequences in a step that preempted someone."""
         self.reserve_full_isl = reserve_full_isl
@@ -129,8 +119,6 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         self._known: set[Hashable] = set()
         self._plan: StepPlan | None = None
         self._init_fast(StepScheduler)
-        if self.fast_path_declined is None:
-            self.fast_path_declined = self.blocks.refuses("the fast path")
         self._loading: set[Sequence] = set()  # holding blocks while their KV loads from a tier
         self.swap: SwapSpace | None = None  # swap preemption's (``enable_swap``), or None
 
@@ -248,9 +236,8 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
             if n > budget:
                 n = budget
             # the common case, a decode inside its last block, needs no new block: no call
-            if c + n > seq.num_blocks * limit:
-                n = blocks.clip(seq, c, n)  # hybrid groups: every step (seq.num_blocks is 0)
-                if not n:
+            if c + n > seq.num_blocks * limit:  # hybrid groups: always (num_blocks is 0)
+                if not (n := blocks.clip(seq, c, n)):  # Mamba ``align``: chunks on boundaries
                     i += 1
                     continue
                 fits, refund, dropped = self._make_room(seq, n, plan)
@@ -331,8 +318,7 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
                 n = cap
             if n > budget:
                 n = budget
-            n = blocks.clip(seq, start, n)
-            if not n:
+            if not (n := blocks.clip(seq, start, n)):
                 break
             if reserve and blocks.num_needed(seq, seq.num_tokens, hits) > blocks.num_free:
                 break
