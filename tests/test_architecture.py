@@ -377,3 +377,75 @@ def test_scheduling_states_its_target_beside_its_budget() -> None:
     row = next(line for line in table.splitlines() if line.startswith("| `scheduling/` |"))
     assert "Target 3,200" in row
     assert room_budgets()["scheduling/"] >= 3_200
+
+
+KV_MANAGER = frozenset(
+    f"simulator.scheduling.{m}"
+    for m in (
+        "kv_manager",
+        "block_pool",
+        "hybrid_kv",
+        "group_tables",
+        "window_group",
+        "mamba_group",
+    )
+)
+"""The KV manager's modules: the only ones that hold its block tables and reference counts."""
+KV_STATE = frozenset({"tables", "ref_cnt", "counted", "free_blank", "lru", "cached"})
+"""Fields of the KV manager and its pool that only its modules may name on a KV manager or a
+pool (a read hands out the list a caller could write), but ``cached.get``."""
+KV_OWNERS = frozenset({"blocks", "pool"})
+POOL_WRITES = frozenset(
+    {"take", "touch", "free", "free_owned", "cache", "cache_blocks", "cache_pairs"}
+)
+
+
+def kv_state_uses(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """Where a module names the KV manager's tables or reference counts, writes its ``cached``
+    counts (a ``.get`` read is fine) or calls a block pool's writing methods."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = node.value
+        name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", None)
+        if name not in KV_OWNERS:
+            continue
+        up = parents.get(node)
+        if node.attr in KV_STATE:
+            if not (node.attr == "cached" and isinstance(up, ast.Attribute) and up.attr == "get"):
+                yield node.lineno, node.attr
+        elif node.attr in POOL_WRITES and name == "pool" and isinstance(up, ast.Call):
+            yield node.lineno, f"pool.{node.attr}()"
+
+
+def test_only_the_kv_manager_writes_its_blocks() -> None:
+    """Issue 35: block tables, reference counts and the pool are the KV manager's; the decode
+    group asks it for bulk growth (``grow_group``, ``grow_each``, ``settle``)."""
+    found = [
+        f"{name}:{line}: {what}"
+        for name, tree in modules().items()
+        if name not in KV_MANAGER
+        for line, what in kv_state_uses(tree)
+    ]
+    assert found == []
+
+
+def test_the_kv_state_check_sees_each_kind_of_use() -> None:
+    code = """
+tables = blocks.tables
+blocks.pool.ref_cnt[b] = 1
+blocks.cached[seq] = 3
+n = blocks.cached.get(seq, 0)
+pool.take(3, False)
+self.blocks.pool.free(xs)
+blocks.take(3)
+"""
+    uses = list(kv_state_uses(ast.parse(code)))
+    assert uses == [
+        (2, "tables"),
+        (3, "ref_cnt"),
+        (4, "cached"),
+        (6, "pool.take()"),
+        (7, "pool.free()"),
+    ]

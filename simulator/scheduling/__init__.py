@@ -76,6 +76,7 @@ def make_scheduler(
         max_model_len=cfg.max_model_len or 0,
         encoder=_encoder(cfg),
         **_speculation(speculative, rng),
+        kv_groups=cfg.kv_groups,
     )
     off = cfg.kv_offload
     if off is not None and off.cpu is not None:

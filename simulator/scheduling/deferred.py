@@ -11,8 +11,6 @@ once and in the order ``schedule()`` would (evictions included).
 
 from __future__ import annotations
 
-from itertools import islice
-
 from mypy_extensions import mypyc_attr, trait
 
 from simulator.scheduling.block_hash import extend_hashes
@@ -157,27 +155,9 @@ class DeferredDecodes:
         leaving), taken from the pool at once in the order step by step would take them;
         the blocks they fill are counted when they settle (``_advance``)."""
         blocks = self.blocks
-        pool, bs, tables = blocks.pool, blocks.block_size, blocks.tables
-        assert pool is not None and run.by_residue is not None
-        got = pool.take(run.blocks_over(t, u, bs), False)  # their own: no references kept
-        if not got:
-            return
-        by_residue, i = run.by_residue, 0
-        if u - t < 3 * bs:  # step by step
-            for s in range(t + 1, u + 1):
-                for seq in by_residue[(1 - s) % bs]:
-                    tables[seq].append(got[i])
-                    i += 1
-        else:  # long: the members are the same in every period of ``bs`` steps, which
-            # takes ``num_seqs`` blocks, so a member's blocks are every ``num_seqs``-th
-            # from its place in the first period (measured: one slice each beats one append
-            # per block from about three periods on)
-            m, r = run.num_seqs, -t % bs
-            for j in range(bs):
-                for seq in by_residue[(r - j) % bs]:
-                    tables[seq] += got[i::m]
-                    i += 1
-        blocks.pool_changed()
+        assert run.by_residue is not None
+        n = run.blocks_over(t, u, blocks.block_size)
+        blocks.grow_group(run.by_residue, run.num_seqs, t, u, n)
 
     def decode_batch_ids(self) -> list[int]:
         """The ids of the sequences in the deferred decode group, in running order."""
@@ -196,12 +176,8 @@ class DeferredDecodes:
         seq.num_computed += k
         seq.num_tokens += k
         seq.deferred_from += k
-        blocks = self.blocks
-        if not blocks.caching:
-            blocks.settle(seq, seq.num_computed)
-        else:  # its blocks were taken; those it filled are counted now (hashed if shared)
-            seq.num_blocks = len(blocks.tables[seq])
-            blocks.cached[seq] = seq.num_computed // blocks.block_size
+        # its blocks were taken; those it filled are counted now (hashed if shared)
+        self.blocks.settle(seq, seq.num_computed)
 
     def _settle(self) -> None:
         """Bring every member up to date; the group stays (the offsets do not move; async:
@@ -232,33 +208,23 @@ class DeferredDecodes:
         member settles (``_advance``). Async (``lag`` 1): the blocks step ``t - 1`` filled,
         whose last token is known now (a block a prefill filled was cached then)."""
         blocks = self.blocks
-        pool, bs, tables = blocks.pool, blocks.block_size, blocks.tables
-        if pool is None:
+        bs = blocks.block_size
+        if not blocks.caching:
             blocks.take(grow)
             return
         fills: list[tuple[Sequence, int]] = []
         keyed: list[tuple[Sequence, int, int]] = []
         if run.num_shared:
-            u, cached = t - lag, blocks.cached
+            u = t - lag
             for seq in run.filling(u, bs):
                 j = (seq.num_computed - seq.deferred_from + u) // bs - 1
-                if seq.prompt_runs is not None and cached.get(seq, 0) <= j:
+                if seq.prompt_runs is not None and blocks.num_cached_blocks(seq) <= j:
                     fills.append((seq, j))
             keyed = blocks.fill_hashes(fills)
         if self._memo is not None:
             self._watch_head(grow, [h for _, _, h in keyed])
         if grow:
-            got = pool.take(grow, False)
-            growing = run.growing(t, bs)
-            for seq, b in zip(growing, got, strict=True):
-                tables[seq].append(b)
-                seq.num_blocks += 1
-            if run.num_shared:  # their blocks have references written down
-                ref_cnt = pool.ref_cnt
-                for seq, b in zip(growing, got, strict=True):
-                    if seq.prompt_runs is not None:
-                        ref_cnt[b] = 1
-            blocks.pool_changed()
+            blocks.grow_each(run.growing(t, bs), run.num_shared > 0)
         if fills:
             blocks.cache_filled(fills, keyed)
 
@@ -266,7 +232,7 @@ class DeferredDecodes:
         """Forget the head's hit if taking ``grow`` blocks evicts, or the fills cache, a block
         its hit could cover."""
         blocks = self.blocks
-        assert blocks.pool is not None and self._memo is not None
+        assert self._memo is not None
         head, chain, hits = self._memo
         if head.status is not SequenceStatus.WAITING:
             self._memo = None
@@ -276,11 +242,7 @@ class DeferredDecodes:
             hit_max = (head.num_tokens - 1) // bs
             chain = frozenset(extend_hashes(head, hit_max, bs)[:hit_max])
             self._memo = (head, chain, hits)
-        pool = blocks.pool
-        evicted = islice(pool.free_cached(), max(0, grow - len(pool.free_blank)))
-        if any(pool.block_hash[b] in chain for b in evicted) or any(
-            h in chain for h in fill_hashes
-        ):
+        if blocks.evicts(grow, chain) or any(h in chain for h in fill_hashes):
             self._memo = None
 
     def _lookup(self, seq: Sequence) -> list[int]:

@@ -229,14 +229,8 @@ class AsyncSteps(DeferredDecodes):
         seq.placeholders += planned - applied
         seq.in_flight += planned - applied
         seq.deferred_from += planned
-        blocks = self.blocks
-        if not blocks.caching:
-            blocks.settle(seq, seq.num_computed)
-        else:  # a block is cached once its last token is known (``lag`` steps later)
-            seq.num_blocks = len(blocks.tables[seq])
-            full = (seq.num_computed - run.lag) // blocks.block_size
-            if full > blocks.cached.get(seq, 0):
-                blocks.cached[seq] = full
+        # a block is cached once its last token is known (``lag`` steps later)
+        self.blocks.settle(seq, seq.num_computed, seq.num_computed - run.lag)
 
     def _settle_async(self) -> None:
         """Write the group's members into the plans in flight (as ``schedule()`` planned

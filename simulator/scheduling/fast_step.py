@@ -87,7 +87,9 @@ class FastSteps(AsyncSteps):
         self._in_sums = []
         self._dropped = []
         self._num_joined = 0
-        self.fast_path_declined = declined_by(type(self), base)
+        self.fast_path_declined = declined_by(type(self), base) or self.blocks.refuses(
+            "the fast path"
+        )
 
     # -- the fast path -----------------------------------------------------------------------
 

@@ -11,6 +11,14 @@ from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
 from simulator.scheduling.sequence import Sequence, SequenceStatus
 
 
+def positive(name: str, value: int) -> int:
+    """``value`` if it is a positive int, else a ValueError naming ``name`` (the scheduler's
+    sizes and budgets)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 @trait  # a part of StepScheduler (mypyc: one of its several bases)
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Intake:

@@ -26,6 +26,8 @@ lookup, eviction and table comes out as with every block hashed at once.
 
 from __future__ import annotations
 
+from itertools import islice
+
 from simulator.scheduling.block_hash import extend_hashes
 from simulator.scheduling.block_pool import BlockPool
 from simulator.scheduling.offload import Offload
@@ -70,6 +72,25 @@ class KVManager:
         """With caching, for a sequence without prompt runs that hit its own blocks: how many
         of its first blocks (its hit) have their reference written down in the pool (its
         others have not: only it can hold them)."""
+
+    # -- what hybrid KV-cache groups (``hybrid_kv.py``) change; one group: nothing ----------
+
+    def refuses(self, feature: str) -> str | None:
+        """Why ``feature`` (the fast path, KV tiers, swap preemption) cannot run on these
+        blocks, or None."""
+        return None
+
+    def new_step(self) -> None:
+        """A step's scheduling starts."""
+
+    def clip(self, seq: Sequence, start: int, n: int) -> int:
+        """The tokens of a chunk of ``n`` from ``start`` the blocks allow (all of them)."""
+        return n
+
+    def held(self) -> dict[Sequence, list[int]]:
+        """Per sequence holding blocks, the blocks it holds in each KV-cache group (only
+        hybrid groups say: one group's are ``seq.num_blocks``)."""
+        return {}
 
     def block_ids(self, seq: Sequence) -> list[int]:
         """The blocks ``seq`` holds, in token order (with caching; else none have ids)."""
@@ -300,7 +321,69 @@ class KVManager:
         """Count ``n`` more blocks as used, for sequences ``settle()`` will name later."""
         self.num_used += n
 
-    def settle(self, seq: Sequence, num_tokens: int) -> None:
+    def settle(self, seq: Sequence, num_tokens: int, num_known: int = -1) -> None:
         """Record that ``seq`` holds the blocks for ``num_tokens`` tokens, already counted
-        by ``take()``."""
-        seq.num_blocks = -(-num_tokens // self.block_size)
+        by ``take()`` (with caching: in its table, ``grow_group``, ``grow_each``); with
+        caching, its full blocks count as cached: those of ``num_tokens`` tokens, or (async)
+        at least those of its ``num_known`` known ones."""
+        if self.pool is None:
+            seq.num_blocks = -(-num_tokens // self.block_size)
+            return
+        seq.num_blocks = len(self.tables[seq])
+        if num_known < 0:
+            self.cached[seq] = num_tokens // self.block_size
+        elif num_known // self.block_size > self.cached.get(seq, 0):
+            self.cached[seq] = num_known // self.block_size
+
+    def grow_group(
+        self, by_residue: list[list[Sequence]], num_seqs: int, t: int, u: int, n: int
+    ) -> None:
+        """With caching: give the decode group's ``num_seqs`` members the ``n`` blocks
+        (checked free) they enter in steps ``t + 1`` .. ``u`` (nobody leaving), taken at
+        once in the order step by step takes them: at step ``s`` the members of
+        ``by_residue[(1 - s) % block_size]`` enter one each. Their own: no references kept."""
+        pool = self.pool
+        assert pool is not None
+        got = pool.take(n, False)
+        if not got:
+            return
+        bs, tables, i = self.block_size, self.tables, 0
+        if u - t < 3 * bs:  # step by step
+            for s in range(t + 1, u + 1):
+                for seq in by_residue[(1 - s) % bs]:
+                    tables[seq].append(got[i])
+                    i += 1
+        else:  # long: the members are the same in every period of ``bs`` steps, which
+            # takes ``num_seqs`` blocks, so a member's blocks are every ``num_seqs``-th
+            # from its place in the first period (measured: one slice each beats one append
+            # per block from about three periods on)
+            r = -t % bs
+            for j in range(bs):
+                for seq in by_residue[(r - j) % bs]:
+                    tables[seq] += got[i::num_seqs]
+                    i += 1
+        self.pool_changed()
+
+    def evicts(self, n: int, hashes: frozenset[int]) -> bool:
+        """With caching: whether taking ``n`` new blocks evicts cached content in ``hashes``."""
+        pool = self.pool
+        assert pool is not None
+        evicted = islice(pool.free_cached(), max(0, n - len(pool.free_blank)))
+        return any(pool.block_hash[b] in hashes for b in evicted)
+
+    def grow_each(self, growing: list[Sequence], written: bool) -> None:
+        """With caching: one new block for each of ``growing``, in order (checked free);
+        ``written``: those with prompt runs have its reference written down."""
+        pool = self.pool
+        assert pool is not None
+        got = pool.take(len(growing), False)
+        tables = self.tables
+        for seq, b in zip(growing, got, strict=True):
+            tables[seq].append(b)
+            seq.num_blocks += 1
+        if written:
+            ref_cnt = pool.ref_cnt
+            for seq, b in zip(growing, got, strict=True):
+                if seq.prompt_runs is not None:
+                    ref_cnt[b] = 1
+        self.pool_changed()

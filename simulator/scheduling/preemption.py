@@ -51,6 +51,9 @@ class Preemption:
             raise ValueError("swap preemption is not simulated with drafts or async scheduling")
         if self.blocks.offload is not None:
             raise ValueError("swap preemption is not simulated with KV tiers")
+        refusal = self.blocks.refuses("swap preemption")
+        if refusal is not None:
+            raise ValueError(refusal)
         self.swap = SwapSpace(num_cpu_blocks, bytes_per_block, bandwidth, self.priority)
 
     @property

@@ -18,7 +18,7 @@ The flags, and what each changes:
   (``speculation.py``; ``accept`` says how many are accepted; none past ``max_model_len``);
 - ``async_scheduling``: step ``n + 1`` is planned before step ``n`` is applied
   (``speculation.py``): ``schedule()`` may run again before ``update()`` applies the oldest;
-- ``encoder``: multimodal items' encoder work in the step (``encoder_inputs.py``).
+- ``encoder``, ``kv_groups``: images' encoder work (``encoder_inputs.py``), hybrid KV groups.
 
 A plain object with no clock, randomness or I/O: the engine calls ``schedule()``, times the step
 with the cost model, then calls ``update()`` (or the fast path of ``fast_step.py``: same steps).
@@ -32,9 +32,10 @@ from mypy_extensions import mypyc_attr
 
 from simulator.scheduling.encoder_inputs import EncoderInputs
 from simulator.scheduling.fast_step import FastSteps
-from simulator.scheduling.intake import Intake
+from simulator.scheduling.hybrid_kv import kv_manager_for
+from simulator.scheduling.intake import Intake, positive
 from simulator.scheduling.interface import Acceptor, ManySampler, Sampler, Scheduler, StepPlan
-from simulator.scheduling.kv_manager import KVManager
+from simulator.scheduling.kv_group import KVGroup
 from simulator.scheduling.preemption import Preemption
 from simulator.scheduling.presets import PRESETS
 from simulator.scheduling.request_queue import FCFSQueue, PriorityQueue
@@ -42,13 +43,6 @@ from simulator.scheduling.sequence import Sequence, SequenceStatus
 from simulator.scheduling.speculation import Speculation
 from simulator.scheduling.swap_space import SwapSpace
 from simulator.scheduling.tier_loads import TierLoads
-
-
-def positive(name: str, value: int) -> int:
-    """``value`` if it is a positive int, else a ValueError naming ``name``."""
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a policy of the user's may subclass it
@@ -76,13 +70,15 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         async_scheduling: bool = False,
         max_model_len: int = 0,
         encoder: EncoderInputs | None = None,
+        kv_groups: list[KVGroup] | None = None,
     ) -> None:
         self.max_model_len = max_model_len
         size = positive("num_blocks", num_blocks), positive("block_size", block_size)
-        self.blocks = KVManager(*size, caching=enable_prefix_caching)
-        """The KV blocks: counted, or with identities and a prefix cache."""
         self.max_num_seqs = positive("max_num_seqs", max_num_seqs)
         self.max_num_batched_tokens = positive("max_num_batched_tokens", max_num_batched_tokens)
+        chunk = max_num_batched_tokens, long_prefill_token_threshold, num_speculative_tokens
+        self.blocks = kv_manager_for(*size, enable_prefix_caching, kv_groups, max_model_len, *chunk)
+        """The KV blocks: counted, with identities and a prefix cache, or hybrid groups."""
         self.admit_after_preemption = admit_after_preemption
         """Admit waiting sequences in a step that preempted someone."""
         self.reserve_full_isl = reserve_full_isl
@@ -118,8 +114,7 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
 
     @classmethod
     def vllm_v1(cls, *args: Any, **flags: Any) -> StepScheduler:
-        """The ``vllm-v1`` preset, with ``flags`` overriding its own (the arguments are the
-        constructor's)."""
+        """The ``vllm-v1`` preset, ``flags`` overriding its own (arguments: the constructor's)."""
         return cls(*args, **{**PRESETS["vllm-v1"], **flags})
 
     # -- state -----------------------------------------------------------------------------
@@ -185,6 +180,7 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         preempted and the policy says wait), under one token budget."""
         self._settle()
         self._run = self._memo = None  # the step may change anything: the group starts anew
+        self.blocks.new_step()
         cap = self._cap()
         plan = StepPlan([], [], [], 0, [])
         budget = self._plan_running(plan, cap)
@@ -234,7 +230,10 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
                 i += 1  # an item's encoder output cannot be had: vLLM skips the sequence
                 continue
             # the common case, a decode inside its last block, needs no new block: no call
-            if c + n > seq.num_blocks * limit:
+            if c + n > seq.num_blocks * limit:  # hybrid groups: always (num_blocks is 0)
+                if not (n := blocks.clip(seq, c, n)):  # Mamba ``align``: chunks on boundaries
+                    i += 1
+                    continue
                 fits, refund, dropped = self._make_room(seq, n, plan)
                 budget += refund
                 i -= dropped
@@ -318,8 +317,10 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
             if enc is not None and start < seq.mm_end and not (n := enc.plan_chunk(seq, start, n)):
                 skipped.append(waiting.pop())  # vLLM 0.33 skips it this step, keeping its place
                 continue
-            if (reserve and blocks.num_needed(seq, seq.num_tokens, hits) > blocks.num_free) or not (
-                blocks.admit(seq, start + n, hits) if hits else blocks.grow(seq, start + n)
+            if (
+                not (n := blocks.clip(seq, start, n))  # Mamba ``align``: chunks on boundaries
+                or (reserve and blocks.num_needed(seq, seq.num_tokens, hits) > blocks.num_free)
+                or not (blocks.admit(seq, start + n, hits) if hits else blocks.grow(seq, start + n))
             ):
                 if enc is not None and seq.mm_items:  # its cache references go, as in vLLM
                     enc.drop(seq, preempted=True)

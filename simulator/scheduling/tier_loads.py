@@ -35,6 +35,9 @@ class TierLoads:
         """Put ``tier`` below the GPU's KV (blocks of ``bytes_per_block``), over a link of
         ``bandwidth_bytes_s`` with ``latency_s`` per load."""
         blocks = self.blocks
+        refusal = blocks.refuses("KV tiers")
+        if refusal is not None:
+            raise ValueError(refusal)
         if not blocks.caching:
             raise ValueError("KV tiers need prefix caching on (blocks are found by content)")
         if blocks.offload is None:

@@ -35,7 +35,24 @@ REQUEST_FIELDS = (
 )
 STEP_FIELDS = ("scheduled", "preempted", "cached", "finished", "free_blocks")
 POLICIES = ("fcfs", "priority")
-KINDS = ("plain", "spec", "async", "async_spec", "mm")
+KINDS = ("plain", "spec", "async", "async_spec", "mm", "hybrid_swa", "hybrid_mamba")
+HYBRID_CONFIG_FIELDS: dict[str, tuple[str, ...]] = {
+    "hybrid_swa": ("layer_pattern", "sliding_window"),
+    "hybrid_mamba": (
+        "layer_pattern",
+        "mamba",
+        "mamba_page_size_padded",
+        "mamba_cache_mode",
+        "mamba_block_size",
+    ),
+}
+"""The hybrid kinds' config keys besides the plain ones, ``kind``, ``kv_groups``,
+``scheduler_block_size`` and ``hash_block_size`` (tools/vllm_recorder/README.md)."""
+KV_GROUP_TYPES = {
+    "FullAttentionSpec": "full",
+    "SlidingWindowSpec": "sliding_window",
+    "MambaSpec": "mamba",
+}
 SPEC_CONFIG_FIELDS = (
     "num_speculative_tokens",
     "speculative_method",
@@ -208,6 +225,8 @@ def _config(value: Any, case_kind: str) -> dict[str, Any]:
         return _config({k: obj[k] for k in CONFIG_FIELDS}, "plain") | {
             k: obj[k] for k in MM_CONFIG_FIELDS
         }
+    if case_kind in HYBRID_CONFIG_FIELDS:
+        return _hybrid_config(value, case_kind)
     extra = list(SPEC_CONFIG_FIELDS) if case_kind != "plain" else []
     obj = _object(value, "config", list(CONFIG_FIELDS) + extra)
     if extra:
@@ -224,6 +243,30 @@ def _config(value: Any, case_kind: str) -> dict[str, Any]:
     if obj["policy"] not in POLICIES:
         raise _Bad(f"field 'config.policy': {obj['policy']!r} is not one of {', '.join(POLICIES)}")
     return dict(obj)
+
+
+def _hybrid_config(value: Any, case_kind: str) -> dict[str, Any]:
+    """A hybrid kind's config: the plain keys, its own, and the groups as vLLM built them."""
+    own = (*HYBRID_CONFIG_FIELDS[case_kind], "kind", "kv_groups")
+    obj = _object(
+        value, "config", [*CONFIG_FIELDS, *own, "scheduler_block_size", "hash_block_size"]
+    )
+    plain = _config({k: obj[k] for k in CONFIG_FIELDS}, "plain")
+    for key in ("scheduler_block_size", "hash_block_size"):
+        _typed(obj[key], f"config.{key}", int, 1)
+    groups = _typed(obj["kv_groups"], "config.kv_groups", list)
+    if not groups:
+        raise _Bad("field 'config.kv_groups': no groups")
+    for j, g in enumerate(groups):
+        where = f"config.kv_groups[{j}]"
+        _typed(g, where, dict)
+        if g.get("type") not in KV_GROUP_TYPES:
+            raise _Bad(
+                f"field '{where}.type': {g.get('type')!r} is not one of {', '.join(KV_GROUP_TYPES)}"
+            )
+        for key in ("layers", "block_size"):
+            _typed(g.get(key), f"{where}.{key}", int, 1)
+    return {**obj, **plain}
 
 
 def _request(value: Any, i: int, config: dict[str, Any]) -> Request:
@@ -293,15 +336,22 @@ def _call(value: Any, k: int, num_requests: int) -> None:
 
 def _step(value: Any, k: int, num_requests: int, kind: str = "plain") -> dict[str, Any]:
     where = f"steps[{k}]"
-    fields = {"plain": STEP_FIELDS, "mm": MM_STEP_FIELDS}.get(
+    fields: tuple[str, ...] = {"plain": STEP_FIELDS, "mm": MM_STEP_FIELDS}.get(
         kind, (*SPEC_STEP_FIELDS, "free_blocks")
     )
+    if kind in HYBRID_CONFIG_FIELDS:
+        fields = (*STEP_FIELDS, "blocks")
+        for rid, held in _typed(
+            value.get("blocks") if isinstance(value, dict) else None, f"{where}.blocks", dict
+        ).items():
+            for j, n in enumerate(_typed(held, f"{where}.blocks.{rid}", list)):
+                _typed(n, f"{where}.blocks.{rid}[{j}]", int, 0)
     obj = _object(value, where, fields)
     if kind == "mm":
         _typed(obj["encoder"], f"{where}.encoder", dict)
         _typed(obj["encoder_freed"], f"{where}.encoder_freed", list)
         _typed(obj["encoder_free_slots"], f"{where}.encoder_free_slots", int, 0)
-    for part in ("spec", "accepted") if kind not in ("plain", "mm") else ():
+    for part in ("spec", "accepted") if kind == "spec" else ():
         for rid, n in _typed(obj[part], f"{where}.{part}", dict).items():
             _typed(n, f"{where}.{part}.{rid}", int, 0)
 

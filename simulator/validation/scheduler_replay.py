@@ -20,16 +20,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
+from math import gcd, lcm
 from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
 from simulator.scheduling.encoder_inputs import EncoderInputs
 from simulator.scheduling.interface import Acceptor, ManySampler, Sampler, Scheduler, StepPlan
+from simulator.scheduling.kv_group import KVGroup
 from simulator.scheduling.sequence import Sequence
 from simulator.scheduling.step_scheduler import StepScheduler
 from simulator.validation.scheduler_calls import replay_calls
-from simulator.validation.scheduler_cases import Case, check_steps, read_cases
+from simulator.validation.scheduler_cases import KV_GROUP_TYPES, Case, check_steps, read_cases
 
 EOS = 50256
 OUT_TOKEN0 = 100_000
@@ -39,6 +41,7 @@ MM_SCHEDULER_KEYS = (
     "encoder_cache_size",
     "disable_chunked_mm_input",
 )
+HYBRID_KINDS = ("hybrid_swa", "hybrid_mamba")
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,38 @@ def make_replay_scheduler(
         async_scheduling=c.get("async_scheduling", False),
         max_model_len=c["max_model_len"],
         encoder=EncoderInputs(*(c[k] for k in MM_SCHEDULER_KEYS)) if case.kind == "mm" else None,
+        kv_groups=case_kv_groups(case),
     )
+
+
+def case_kv_groups(case: Case) -> list[KVGroup] | None:
+    """A hybrid case's KV-cache groups, as vLLM built them (None for the other kinds);
+    InputError if the block sizes servesim derives from them are not the recorded ones."""
+    c = case.config
+    if "kv_groups" not in c:
+        return None
+    groups = [
+        KVGroup(
+            kind=KV_GROUP_TYPES[g["type"]],  # type: ignore[arg-type]
+            block_size=g["block_size"],
+            num_layers=g["layers"],
+            sliding_window=g.get("sliding_window"),
+            mamba_cache_mode=g.get("mamba_cache_mode"),
+        )
+        for g in c["kv_groups"]
+    ]
+    sizes = [g.block_size for g in groups]
+    derived = {
+        "scheduler_block_size": lcm(*sizes),
+        "hash_block_size": gcd(*sizes) if c["enable_prefix_caching"] else lcm(*sizes),
+    }
+    for key, value in derived.items():
+        if c[key] != value:
+            raise InputError(
+                f"{case.path}:{case.line}: field 'config.{key}': {c[key]}, "
+                f"but its groups give {value}"
+            )
+    return groups
 
 
 def script_acceptor(case: Case) -> Acceptor:
@@ -158,7 +192,7 @@ def replay(case: Case, policy: str, fast: bool = False) -> list[dict[str, Any]]:
         first = len(seq.output)
         return [EOS if eos_at[i] == p else OUT_TOKEN0 + i for p in range(first, first + k)]
 
-    many = sample_many if fast and case.kind in ("plain", "async", "mm") else None
+    many = sample_many if fast and case.kind in ("plain", "async", "mm", *HYBRID_KINDS) else None
     sched = make_replay_scheduler(case, policy, sample, many, script_acceptor(case))
     seqs = case_sequences(case)
     arrivals: dict[int, list[Sequence]] = {}
@@ -182,9 +216,13 @@ def replay(case: Case, policy: str, fast: bool = False) -> list[dict[str, Any]]:
 def _replay_step(sched: Scheduler, fast: bool, kind: str = "plain") -> dict[str, Any]:
     """One step, planned and applied, as a recorded step is written (ids: list indices)."""
     plan = sched.fast_step() if fast else None
+    held = None
     if plan is None:
         plan = sched.schedule()
         members: list[Any] = []
+        if kind in HYBRID_KINDS:  # each group's blocks after schedule(), as recorded
+            assert isinstance(sched, StepScheduler)
+            held = {s.seq_id: n for s, n in sched.blocks.held().items()}
         done = sched.update()
     else:  # the deferred decode group first (the head of the running order), one token each
         members = sched.decode_batch_ids()
@@ -204,9 +242,11 @@ def _replay_step(sched: Scheduler, fast: bool, kind: str = "plain") -> dict[str,
     }
     if kind == "mm":
         _encoder_fields(sched, plan, step)
-    elif kind != "plain":
+    elif kind == "spec":
         step["spec"] = {str(s.seq_id): d for s, d in plan.drafts.items()}
         step["accepted"] = {str(s.seq_id): a for s, a in plan.accepted.items()}
+    if held is not None:
+        step["blocks"] = {str(i): held[i] for i in sorted(held)}
     return step
 
 
