@@ -193,9 +193,14 @@ def format_server(sched: Any, ranks: int = 1, cost_model: Any = None) -> str:
     kind = getattr(cost_model, "type", None)
     if isinstance(kind, str):
         extras.append(f"; {kind} cost model")
+    kv = f"{blocks:,} KV blocks of {size} ({blocks * size:,} tokens)"
+    if sched.kv_groups:  # one pool shared by the groups: a block is a page of each group
+        kinds = ", ".join(sorted({g.kind.replace("_", " ") for g in sched.kv_groups}))
+        n = len(sched.kv_groups)
+        kv = f"{blocks:,} KV blocks shared by {n} group{'s' * (n > 1)} ({kinds})"
     return (
-        f"server     {sched.policy}, {tokens:,} tokens a step, {seqs:,} sequences, "
-        f"{blocks:,} KV blocks of {size} ({blocks * size:,} tokens)" + "".join(extras)
+        f"server     {sched.policy}, {tokens:,} tokens a step, {seqs:,} sequences, {kv}"
+        + "".join(extras)
     )
 
 
