@@ -13,12 +13,13 @@ simpy timeout per step (``fast_decode=False``; the tests compare the two).
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from itertools import islice
 from typing import Any
 
 import simpy
 
 from simulator.cost.interface import CostModel
-from simulator.engine.fast_window import plan_sums
+from simulator.engine.fast_window import Retire, plan_sums, time_segment
 from simulator.engine.recorder import NO_MOVES, Recorder
 from simulator.scheduling.interface import Scheduler, StepPlan
 
@@ -37,15 +38,23 @@ class Ahead:
         recorder: Recorder,
         steps: tuple[Callable[[], Planned], Callable[[StepPlan, float, float], None]],
         next_arrival: Callable[[], float] | None,
+        retire: Retire | None = None,
+        cut_at_finish: bool = False,
     ) -> None:
         self.env, self.scheduler, self.recorder = env, scheduler, recorder
-        self._time_sums = cost_model.time_sums
+        self._time_sums, self._time_decodes = cost_model.time_sums, cost_model.time_decodes
         self._plan, self._apply = steps  # the server's plain plan, and applying any plan
         self.next_arrival = next_arrival
         """When the next submission can come (None: no fast steps, one timeout a step)."""
+        self.retire = retire
+        """What becomes of the sequences that finished in a step of a decode stretch (None:
+        no stretches)."""
+        self.cut_at_finish = cut_at_finish
+        """End a stretch where requests finish (in a closed loop their slots send new ones)."""
         self.end = 0.0
         """End of the step in flight (ahead of the clock while steps are taken at once)."""
         self._next: Planned | None = None  # the step planned to run next, with its row
+        self._ints: tuple[int, ...] = ()  # the row of the step begun last
         self._num_empty = 0  # empty steps in a row (a few are normal, many a bug)
 
     def run(self) -> Generator[simpy.Event, Any, None]:
@@ -58,7 +67,11 @@ class Ahead:
         # step-by-step run has it); the clock stays at ``start`` while ``start + (end -
         # start)`` lands exactly there too, and moves up first where it would not
         while True:
-            plan, duration, ints = self._begin(now)
+            taken = self._stretch(start, now) if self.retire is not None else None
+            if taken is None:
+                plan, duration, _ = self._begin(now)
+            else:
+                plan, duration, now = taken
             end = self.end = now + duration
             final = fast is None or bool(plan.drafts) or end >= fast()
             if start + (end - start) != end:
@@ -79,7 +92,7 @@ class Ahead:
         self._apply(plan, now, end)
         if plan.drafts:  # as in ``Server._step``: the row waits for the drafts' fate
             accepted = sum(plan.accepted.values())
-            self.recorder.record_step(now, duration, ints, NO_MOVES, accepted)
+            self.recorder.record_step(now, duration, self._ints, NO_MOVES, accepted)
 
     def _begin(self, now: float) -> Planned:
         """Start the step planned last (or plan one now) at ``now``, recording its row, and
@@ -89,6 +102,7 @@ class Ahead:
         if current is None:
             current = self._plan_ahead(now)
         plan, duration, ints = current
+        self._ints = ints
         if plan.num_admitted:
             rec.record_admitted(plan, now)
         if plan:  # an empty batch (all in flight, or nothing fits yet) runs nothing
@@ -102,6 +116,61 @@ class Ahead:
         if sched.has_requests():  # type: ignore[attr-defined]
             self._next = self._plan_ahead(now)
         return current
+
+    def _stretch(self, start: float, now: float) -> tuple[StepPlan, float, float] | None:
+        """Take the steps from the one planned to run next (at ``now``, the clock at
+        ``start``) in which only the scheduler's deferred decode group runs, while they start
+        before the next arrival and a timeout from ``start`` lands on their starts; the last
+        of them is begun as ``_begin`` does (the next step planned at its start), not applied.
+        Return that step's stand-in plan (only its group, which ``update()`` applies), its
+        duration and its start; None (nothing taken) if no step but the next one can be."""
+        assert self.retire is not None and self.next_arrival is not None
+        current = self._next
+        if current is None or current[0].seqs:
+            return None
+        plan, duration, ints = current
+        end, arrival = now + duration, self.next_arrival()
+        if end >= arrival or start + (end - start) != end:
+            return None
+        stretch = self.scheduler.decode_stretch()
+        if stretch is None:
+            return None
+        starts: list[float] = []
+        durations: list[float] = []
+        used_blocks: list[int] = []
+        sizes: list[tuple[int, int, int]] = []
+        running: list[int] = []
+        times = (start, end, arrival)
+        for m, contexts, used, num_out, kept in stretch.segments:
+            k, cut, end = time_segment(
+                self._time_decodes, duration, m, contexts, times, False, starts, durations
+            )
+            if not k:  # the arrival came before it
+                break
+            sizes.append((len(durations) - k, m, kept))
+            running.append(m + num_out)
+            used_blocks.extend(islice(used, k))
+            if cut or k < len(contexts) or num_out and self.cut_at_finish:
+                break
+            times = (start, end, arrival)
+        if not durations:
+            return None
+        rec = self.recorder
+        rec.record_step(now, duration, ints)  # the step in flight, applied with the stretch
+        rec.record_decode_step(plan.num_deferred, now, starts[0])
+        rec.record_decode_steps(
+            sizes, starts, durations, used_blocks, stretch.num_blocks, True, running
+        )
+        for j, seqs in self.scheduler.take_decodes(len(durations)):
+            self.retire(seqs, starts[j])  # the end of the j-th step applied
+        last = StepPlan([], [], [], 0, [])
+        last.num_deferred = sizes[-1][1]
+        now = starts[-1]
+        self._num_empty = 0
+        self._next = None
+        if self.scheduler.has_requests():  # type: ignore[attr-defined]
+            self._next = self._plan_ahead(now)
+        return last, durations[-1], now
 
     def _plan_ahead(self, now: float) -> Planned:
         """Plan a step by ``fast_step()`` if the scheduler can (the row from its sums), else

@@ -78,7 +78,16 @@ class Server:
         # finish (``time`` may be ahead of the clock: inside a window, the end of the step
         # that finished them). Async scheduling takes its steps in ``ahead.py``.
         arrival = next_arrival if fast else None
-        ahead = Ahead(env, scheduler, cost_model, recorder, (self._plan, self._apply), arrival)
+        ahead = Ahead(
+            env,
+            scheduler,
+            cost_model,
+            recorder,
+            (self._plan, self._apply),
+            arrival,
+            self._retire if fast else None,  # decode stretches (``FastWindow`` without async)
+            cut_at_finish=on_done is not None,
+        )
         self._ahead = ahead if plans_ahead else None
         self._window = (
             FastWindow(
