@@ -122,8 +122,8 @@ class Ahead:
         ``start``) in which only the scheduler's deferred decode group runs, while they start
         before the next arrival and a timeout from ``start`` lands on their starts; the last
         of them is begun as ``_begin`` does (the next step planned at its start), not applied.
-        Return that step's stand-in plan (only its group, which ``update()`` applies), its
-        duration and its start; None (nothing taken) if no step but the next one can be."""
+        Return its plan (the scheduler's plan in flight, which now stands for it), duration
+        and start; None (nothing taken) if no step but the next one can be."""
         assert self.retire is not None and self.next_arrival is not None
         current = self._next
         if current is None or current[0].seqs:
@@ -163,14 +163,12 @@ class Ahead:
         )
         for j, seqs in self.scheduler.take_decodes(len(durations)):
             self.retire(seqs, starts[j])  # the end of the j-th step applied
-        last = StepPlan([], [], [], 0, [])
-        last.num_deferred = sizes[-1][1]
         now = starts[-1]
         self._num_empty = 0
         self._next = None
         if self.scheduler.has_requests():  # type: ignore[attr-defined]
             self._next = self._plan_ahead(now)
-        return last, durations[-1], now
+        return plan, durations[-1], now  # the plan in flight now stands for the last step
 
     def _plan_ahead(self, now: float) -> Planned:
         """Plan a step by ``fast_step()`` if the scheduler can (the row from its sums), else

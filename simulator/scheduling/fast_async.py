@@ -178,7 +178,8 @@ class AsyncSteps(DeferredDecodes):
         """``take_decodes(n)`` under async scheduling: plan the first ``n`` steps of the last
         ``decode_stretch()`` and apply as many, the one in flight first, as ``fast_step()``
         and ``finish_fast_step()`` would one by one; return, per step applied in which
-        members finished, (its index, those members). The last step planned is in flight."""
+        members finished, (its index, those members). The last step planned is in flight,
+        as the plan that was (``update()`` applies it)."""
         run = self._run
         assert run is not None and n > 0
         bs = self.blocks.block_size
@@ -206,10 +207,11 @@ class AsyncSteps(DeferredDecodes):
             run.applied = u - 1  # and the steps before u, in which nobody finished
             t = u
             leaving = run.finish_at.pop(u, []) if run.num_seqs else []
-        plan = StepPlan([], [], [], 0, [])
+        # the plan in flight (the group alone, nothing sampled into it) stands for the last
+        # step planned: whoever holds it applies that one with ``update()``
+        plan = self._in_flight[0]
         plan.num_deferred = run.num_seqs
         plan.deferred_context = run.context_before(end)
-        self._in_flight[0] = self._last_fast = plan
         self._fast_flight[0] = (plan, leaving)
         self._in_sums, self._sampled = leaving, plan.sampled
         self._num_joined = 0
