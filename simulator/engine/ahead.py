@@ -12,7 +12,7 @@ simpy timeout per step (``fast_decode=False``; the tests compare the two).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from itertools import islice
 from typing import Any
 
@@ -25,6 +25,12 @@ from simulator.scheduling.interface import Scheduler, StepPlan
 
 Planned = tuple[StepPlan, float, tuple[int, ...]]
 """A step planned: its plan, its duration and its row's ``STEP_INT_FIELDS``."""
+
+Segment = tuple[int, range, Iterator[int], int, int]
+"""Steps of an async decode stretch with the same sequences (``async_run.AsyncSegment``)."""
+
+Following = tuple[int, int, int, int, int] | None
+"""The step after a stretch's last, planned before the next arrival (``_time_stretch``)."""
 
 
 class Ahead:
@@ -121,9 +127,10 @@ class Ahead:
         """Take the steps from the one planned to run next (at ``now``, the clock at
         ``start``) in which only the scheduler's deferred decode group runs, while they start
         before the next arrival and a timeout from ``start`` lands on their starts; the last
-        of them is begun as ``_begin`` does (the next step planned at its start), not applied.
-        Return its plan (the scheduler's plan in flight, which now stands for it), duration
-        and start; None (nothing taken) if no step but the next one can be."""
+        of them is begun as ``_begin`` does (the next step planned at its start, in the
+        stretch too if it is one of its steps), not applied. Return its plan (the scheduler's
+        plan in flight, which now stands for it), duration and start; None (nothing taken)
+        if no step but the next one can be."""
         assert self.retire is not None and self.next_arrival is not None
         current = self._next
         if current is None or current[0].seqs:
@@ -135,40 +142,72 @@ class Ahead:
         stretch = self.scheduler.decode_stretch()
         if stretch is None:
             return None
-        starts: list[float] = []
-        durations: list[float] = []
-        used_blocks: list[int] = []
-        sizes: list[tuple[int, int, int]] = []
-        running: list[int] = []
-        times = (start, end, arrival)
-        for m, contexts, used, num_out, kept in stretch.segments:
-            k, cut, end = time_segment(
-                self._time_decodes, duration, m, contexts, times, False, starts, durations
-            )
-            if not k:  # the arrival came before it
-                break
-            sizes.append((len(durations) - k, m, kept))
-            running.append(m + num_out)
-            used_blocks.extend(islice(used, k))
-            if cut or k < len(contexts) or num_out and self.cut_at_finish:
-                break
-            times = (start, end, arrival)
+        timed = self._time_stretch(stretch.segments, (start, end, arrival), duration)
+        starts, durations, used_blocks, sizes, running, following = timed
         if not durations:
             return None
-        rec = self.recorder
+        rec, sched = self.recorder, self.scheduler
         rec.record_step(now, duration, ints)  # the step in flight, applied with the stretch
         rec.record_decode_step(plan.num_deferred, now, starts[0])
         rec.record_decode_steps(
             sizes, starts, durations, used_blocks, stretch.num_blocks, True, running
         )
-        for j, seqs in self.scheduler.take_decodes(len(durations)):
+        hold = following is not None
+        for j, seqs in sched.take_decodes(len(durations) + hold, hold):
             self.retire(seqs, starts[j])  # the end of the j-th step applied
         now = starts[-1]
         self._num_empty = 0
         self._next = None
-        if self.scheduler.has_requests():  # type: ignore[attr-defined]
+        if following is not None:  # planned as ``_plan_ahead`` would, from the stretch
+            m, context, used, num_running, kept = following
+            cached = min(kept, stretch.num_blocks - used) if stretch.num_blocks else 0
+            step = (m, m, 0, m, used, num_running, 0, 0, cached)
+            last = sched.last_planned()  # type: ignore[attr-defined]
+            self._next = (last, self._time_decodes(m, range(context, context + m, m))[0], step)
+        elif sched.has_requests():  # type: ignore[attr-defined]
             self._next = self._plan_ahead(now)
         return plan, durations[-1], now  # the plan in flight now stands for the last step
+
+    def _time_stretch(
+        self, segments: Iterator[Segment], times: tuple[float, float, float], guess: float
+    ) -> tuple[
+        list[float], list[float], list[int], list[tuple[int, int, int]], list[int], Following
+    ]:
+        """Time the steps of a stretch's ``segments`` from ``times`` (the clock, the first
+        step's start, the next arrival) as ``FastWindow`` times its stretches; return their
+        starts, durations, blocks used, (first step, sequences, cached blocks kept) and
+        sequences running per segment, and the step after the last if the arrival came
+        before it starts: (sequences, their KV tokens, blocks used, sequences running,
+        cached blocks kept before it), else None."""
+        start, end, arrival = times
+        starts: list[float] = []
+        durations: list[float] = []
+        used_blocks: list[int] = []
+        sizes: list[tuple[int, int, int]] = []
+        running: list[int] = []
+        for m, contexts, used, num_out, kept in segments:
+            k, cut, end = time_segment(
+                self._time_decodes, guess, m, contexts, times, False, starts, durations
+            )
+            if not k:  # the arrival came before it
+                return (
+                    starts,
+                    durations,
+                    used_blocks,
+                    sizes,
+                    running,
+                    ((m, contexts[0], next(used), m + num_out, kept) if durations else None),
+                )
+            sizes.append((len(durations) - k, m, kept))
+            running.append(m + num_out)
+            used_blocks.extend(islice(used, k))
+            if cut or num_out and self.cut_at_finish:
+                break
+            if k < len(contexts):  # (a segment with members out of the sums is one step)
+                following = (m, contexts[k], next(used), m, kept)
+                return starts, durations, used_blocks, sizes, running, following
+            times = (start, end, arrival)
+        return starts, durations, used_blocks, sizes, running, None
 
     def _plan_ahead(self, now: float) -> Planned:
         """Plan a step by ``fast_step()`` if the scheduler can (the row from its sums), else

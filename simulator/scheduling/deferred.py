@@ -88,7 +88,7 @@ class DeferredDecodes:
         """Implemented by ``fast_async.py``."""
         raise NotImplementedError
 
-    def _take_async(self, n: int) -> list[tuple[int, list[Sequence]]]:
+    def _take_async(self, n: int, hold_last: bool) -> list[tuple[int, list[Sequence]]]:
         """Implemented by ``fast_async.py``."""
         raise NotImplementedError
 
@@ -129,9 +129,10 @@ class DeferredDecodes:
         """Take the first ``k`` steps of the last ``decode_stretch()``; return, for each of
         them in which members finished, (its index in the stretch, who finished). With
         ``hold_last`` the last is only planned: ``finish_fast_step()`` applies it. Async:
-        ``k`` steps planned after the one in flight and as many applied (``fast_async.py``)."""
+        ``k`` steps planned after the one in flight and as many applied (with ``hold_last``
+        one fewer: two in flight, ``fast_async.py``)."""
         if self.async_scheduling:
-            return self._take_async(k)
+            return self._take_async(k, hold_last)
         run = self._run
         blocks = self.blocks
         assert run is not None and k > 0

@@ -174,18 +174,19 @@ class AsyncSteps(DeferredDecodes):
         segments = async_segments(run, self._in_sums, used, num_blocks, cached)
         return DecodeStretch(segments, num_blocks)
 
-    def _take_async(self, n: int) -> list[tuple[int, list[Sequence]]]:
+    def _take_async(self, n: int, hold_last: bool) -> list[tuple[int, list[Sequence]]]:
         """``take_decodes(n)`` under async scheduling: plan the first ``n`` steps of the last
         ``decode_stretch()`` and apply as many, the one in flight first, as ``fast_step()``
         and ``finish_fast_step()`` would one by one; return, per step applied in which
         members finished, (its index, those members). The last step planned is in flight,
-        as the plan that was (``update()`` applies it)."""
+        as the plan that was (``update()`` applies it); with ``hold_last`` the one before it
+        is too (``last_planned()`` is the last one's plan)."""
         run = self._run
         assert run is not None and n > 0
         bs = self.blocks.block_size
         out: list[tuple[int, list[Sequence]]] = []
         first = t = run.steps  # the step in flight
-        end = first + n
+        end = first + n - hold_last
         leaving = self._in_sums  # planned for the last time in step t
         self._memo = None  # nobody waits: the head's hit is looked up anew
         while t < end:
@@ -213,10 +214,37 @@ class AsyncSteps(DeferredDecodes):
         plan.num_deferred = run.num_seqs
         plan.deferred_context = run.context_before(end)
         self._fast_flight[0] = (plan, leaving)
-        self._in_sums, self._sampled = leaving, plan.sampled
+        self._in_sums = leaving
         self._num_joined = 0
-        self._unreported = bool(out) and out[-1][0] == n - 1
+        if end > first:  # a step was applied: the last one sampled nothing of its own
+            self._sampled = plan.sampled
+            self._unreported = bool(out) and out[-1][0] == end - first - 1
+        if hold_last:
+            self._plan_held(run)
         return out
+
+    def _plan_held(self, run: DecodeRun) -> None:
+        """Plan the group's next step behind the one in flight, as ``fast_step()`` does (the
+        stretch said its blocks are free and nobody else runs or waits)."""
+        leaving = self._in_sums  # planned for the last time in the step in flight
+        for seq in leaving:
+            run.drop(seq, self.blocks.block_size)
+        self._dropped += leaving
+        t = run.steps
+        self._take_steps(run, t, t + 1)
+        run.steps = t + 1
+        self._in_sums = run.finish_at.pop(t + 1, []) if run.num_seqs else []
+        plan = StepPlan([], [], [], 0, [])
+        plan.num_deferred = run.num_seqs
+        plan.deferred_context = run.context_before(t + 1)
+        self._in_flight.append(plan)
+        self._fast_flight.append((plan, self._in_sums))
+        self._last_fast = plan
+        self._unreported = False
+
+    def last_planned(self) -> StepPlan | None:
+        """Async scheduling: the plan of the step planned last and not applied, or None."""
+        return self._in_flight[-1] if self._in_flight else None
 
     def _take_steps(self, run: DecodeRun, t: int, u: int) -> None:
         """Give the members the blocks of steps ``t + 1`` .. ``u`` (nobody leaving)."""
