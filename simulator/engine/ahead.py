@@ -42,19 +42,17 @@ class Ahead:
         scheduler: Scheduler,
         cost_model: CostModel,
         recorder: Recorder,
-        steps: tuple[Callable[[], Planned], Callable[[StepPlan, float, float], None]],
+        steps: tuple[Callable[[], Planned], Callable[[StepPlan, float, float], None], Retire],
         next_arrival: Callable[[], float] | None,
-        retire: Retire | None = None,
         cut_at_finish: bool = False,
     ) -> None:
         self.env, self.scheduler, self.recorder = env, scheduler, recorder
         self._time_sums, self._time_decodes = cost_model.time_sums, cost_model.time_decodes
-        self._plan, self._apply = steps  # the server's plain plan, and applying any plan
+        # the server's plain plan, applying any plan, and what becomes of the sequences that
+        # finished in a step of a decode stretch (applied here, not through ``_apply``)
+        self._plan, self._apply, self._retire = steps
         self.next_arrival = next_arrival
         """When the next submission can come (None: no fast steps, one timeout a step)."""
-        self.retire = retire
-        """What becomes of the sequences that finished in a step of a decode stretch (None:
-        no stretches)."""
         self.cut_at_finish = cut_at_finish
         """End a stretch where requests finish (in a closed loop their slots send new ones)."""
         self.end = 0.0
@@ -73,7 +71,7 @@ class Ahead:
         # step-by-step run has it); the clock stays at ``start`` while ``start + (end -
         # start)`` lands exactly there too, and moves up first where it would not
         while True:
-            taken = self._stretch(start, now) if self.retire is not None else None
+            taken = self._stretch(start, now) if fast is not None else None
             if taken is None:
                 plan, duration, _ = self._begin(now)
             else:
@@ -131,7 +129,7 @@ class Ahead:
         stretch too if it is one of its steps), not applied. Return its plan (the scheduler's
         plan in flight, which now stands for it), duration and start; None (nothing taken)
         if no step but the next one can be."""
-        assert self.retire is not None and self.next_arrival is not None
+        assert self.next_arrival is not None
         current = self._next
         if current is None or current[0].seqs:
             return None
@@ -154,7 +152,7 @@ class Ahead:
         )
         hold = following is not None
         for j, seqs in sched.take_decodes(len(durations) + hold, hold):
-            self.retire(seqs, starts[j])  # the end of the j-th step applied
+            self._retire(seqs, starts[j])  # the end of the j-th step applied
         now = starts[-1]
         self._num_empty = 0
         self._next = None

@@ -72,22 +72,13 @@ class Server:
         self._swap_bandwidth = scheduler.swap_bandwidth  # swap copies, timed on their steps
         spec = bool(getattr(scheduler, "num_speculative_tokens", 0)) or self._swap_bandwidth
         fast = fast_decode and cost_model.times_from_sums and not spec and not scheduler.moves_kv
-        # Fast windows (when the cost model can time steps from sums; the results are
-        # identical either way, the tests compare both), bounded by ``next_arrival``: when the
-        # next submission can come. ``on_done`` is told ``(number, time)`` when requests
-        # finish (``time`` may be ahead of the clock: inside a window, the end of the step
-        # that finished them). Async scheduling takes its steps in ``ahead.py``.
-        arrival = next_arrival if fast else None
-        ahead = Ahead(
-            env,
-            scheduler,
-            cost_model,
-            recorder,
-            (self._plan, self._apply),
-            arrival,
-            self._retire if fast else None,  # decode stretches (``FastWindow`` without async)
-            cut_at_finish=on_done is not None,
-        )
+        # Fast windows (when the cost model can time steps from sums; the results are identical
+        # either way, the tests compare both), bounded by ``next_arrival``: when the next
+        # submission can come. ``on_done`` is told ``(number, time)`` when requests finish
+        # (``time`` may be ahead of the clock: inside a window, the end of the step that
+        # finished them). Async scheduling takes its steps (and stretches) in ``ahead.py``.
+        arrival, steps = next_arrival if fast else None, (self._plan, self._apply, self._retire)
+        ahead = Ahead(env, scheduler, cost_model, recorder, steps, arrival, on_done is not None)
         self._ahead = ahead if plans_ahead else None
         self._window = (
             FastWindow(

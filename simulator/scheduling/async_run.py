@@ -36,32 +36,27 @@ def async_segments(
     free ones keep content); ``leaving`` are the members planned for the last time in the last
     step planned (still in the group's sums), whose blocks come back once it is applied, after
     the first step ahead is planned. The group is not changed."""
-    bs = len(run.crossing)
     m, offsets, crossing = run.num_seqs, run.context, run.crossing.copy()
     finish_at, heap = run.finish_at, run.finish_steps.copy()
     t = run.steps + 1
     keep = cached is not None
     kept = cached or 0
-    freed, freed_full = 0, 0  # blocks the members out of the sums give back, full ones
+    freed = freed_full = 0  # blocks the members out of the sums give back, full ones
     num_out = 0  # members out of the sums, holding their blocks until the step is applied
     last = t - 1
     while True:
-        if leaving:  # as ``DecodeRun.drop``; their blocks come back after the next plan
+        if leaving:  # their blocks come back after the next step is planned
             num_out = len(leaving)
-            freed = freed_full = 0
-            for seq in leaving:
-                offset = seq.num_computed - seq.deferred_from
-                m -= 1
-                offsets -= offset
-                crossing[offset % bs] -= 1
-                freed += -(-(offset + last) // bs)
-                freed_full += (offset + last) // bs
+            gone, freed, freed_full = _leave(leaving, last, crossing)
+            m -= num_out
+            offsets -= gone
             leaving = []
         if not m:
             return
         while heap[0] < t or heap[0] not in finish_at:
             heapq.heappop(heap)
         last = heap[0]
+        bs = len(crossing)
         r = (1 - t) % bs  # the members' new blocks at step t + i: pattern[i % bs]
         pattern = crossing[r::-1] + crossing[:r:-1]
         length = 1 if num_out else last - t + 1
@@ -87,3 +82,17 @@ def async_segments(
         t += length
         if t - 1 == last:
             leaving = finish_at[last]
+
+
+def _leave(leaving: list[Sequence], last: int, crossing: list[int]) -> tuple[int, int, int]:
+    """Take ``leaving``, planned for the last time in step ``last``, out of ``crossing`` (as
+    ``DecodeRun.drop``): their offsets in all, the blocks they hold and the full ones."""
+    bs = len(crossing)
+    offsets = freed = full = 0
+    for seq in leaving:
+        offset = seq.num_computed - seq.deferred_from
+        offsets += offset
+        crossing[offset % bs] -= 1
+        freed += -(-(offset + last) // bs)
+        full += (offset + last) // bs
+    return offsets, freed, full
