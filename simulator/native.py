@@ -28,6 +28,7 @@ MANIFEST = ROOT / "_native.json"
 """What ``tools/build_native.py`` compiled: each module's source hash."""
 
 COMPILED = (
+    "simulator.scheduling.async_run",
     "simulator.scheduling.block_pool",
     "simulator.scheduling.decode_run",
     "simulator.scheduling.deferred",

@@ -189,3 +189,18 @@ def test_the_built_in_policies_take_fast_steps() -> None:
     for policy in ("spec", "vllm-v1"):
         sched = make_scheduler(SchedulerConfig(**TIGHT, policy=policy))
         assert isinstance(sched, StepScheduler) and sched.fast_path_declined is None
+
+
+@pytest.mark.parametrize("hook", sorted(HOOKS))
+def test_a_hook_gives_the_same_tables_with_the_fast_path_on_and_off_async(
+    hookpkg: str, hook: str
+) -> None:
+    """The same under async scheduling (vLLM's default), where the fast path plans ahead and
+    takes decode stretches (``fast_async.py``): its policy's hooks honoured, or declined."""
+    cfg = _cfg(f"{hookpkg}:{HOOKS[hook]}")
+    cfg["scheduler"]["async_scheduling"] = True
+    fast = simulator.scenario.runner.run(cfg, fast_decode=True)
+    plain = simulator.scenario.runner.run(cfg, fast_decode=False)
+    pd.testing.assert_frame_equal(fast.requests, plain.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, plain.steps, check_exact=True)
+    assert fast.requests["finish_s"].notna().all()

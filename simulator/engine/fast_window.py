@@ -238,45 +238,59 @@ class FastWindow:
         starts: list[float],
         durations: list[float],
     ) -> tuple[int, bool, float]:
-        """Time the decode steps of ``m`` sequences over ``contexts`` from ``end`` that start
-        before ``arrival`` (the first anyway when ``first``), adding to ``starts`` and
-        ``durations``, a chunk at a time (``CostModel.time_decodes``, the ends summed in C,
-        in the same order as one by one); stop after a step whose end a timeout from
-        ``start`` would not land on exactly. ``times`` is (start, end, arrival). Return the
-        steps taken, whether that cut them, and the end of the last."""
-        time_decodes = self._time_decodes
-        start, end, arrival = times
-        # an end at most twice ``start`` is always landed on: ``end - start`` is then exact
-        # (Sterbenz), and so is ``start`` plus it; only past that are the ends checked
-        exact_below = 2 * start if start > 0 else float("inf")
-        taken, total = 0, len(contexts)
-        while taken < total:
-            if arrival == float("inf"):
-                chunk = total - taken
-            else:  # about the steps left before the arrival, from the last step's time
-                # (any guess gives the same steps: a chunk taken whole is followed by another)
-                guess = durations[-1] if durations else self._guess
-                if not guess:
-                    guess = self._time_sums(StepSums.decode(m, contexts[0]))
-                chunk = min(total - taken, max(int((arrival - end) / guess), 0) + 2)
-            each = time_decodes(m, contexts[taken : taken + chunk])
-            ends = list(accumulate(each, initial=end))
-            k = bisect_left(ends, arrival, 0, chunk)  # steps that start before the arrival
-            if not k and first and not taken:
-                k = 1
-            if ends[k] > exact_below:
-                for i in range(1, k + 1):
-                    if start + (ends[i] - start) != ends[i]:
-                        starts += ends[:i]
-                        durations += each[:i]
-                        return taken + i, True, ends[i]
-            starts += ends[:k]
-            durations += each[:k]
-            taken += k
-            end = ends[k]
-            if k < chunk:
-                break
-        return taken, False, end
+        """``time_segment`` with this window's cost model and last step's time."""
+        guess = self._guess or self._time_sums(StepSums.decode(m, contexts[0]))
+        return time_segment(self._time_decodes, guess, m, contexts, times, first, starts, durations)
+
+
+def time_segment(
+    time_decodes: Callable[[int, range], list[float]],
+    guess: float,
+    m: int,
+    contexts: range,
+    times: tuple[float, float, float],
+    first: bool,
+    starts: list[float],
+    durations: list[float],
+) -> tuple[int, bool, float]:
+    """Time the decode steps of ``m`` sequences over ``contexts`` from ``end`` that start
+    before ``arrival`` (the first anyway when ``first``), adding to ``starts`` and
+    ``durations``, a chunk at a time (``CostModel.time_decodes``, the ends summed in C, in the
+    same order as one by one; ``guess``, a step's time, says how many steps a chunk holds);
+    stop after a step whose end a timeout from ``start`` would not land on exactly. ``times``
+    is (start, end, arrival). Return the steps taken, whether that cut them, and the end of
+    the last."""
+    start, end, arrival = times
+    # an end at most twice ``start`` is always landed on: ``end - start`` is then exact
+    # (Sterbenz), and so is ``start`` plus it; only past that are the ends checked
+    exact_below = 2 * start if start > 0 else float("inf")
+    taken, total = 0, len(contexts)
+    while taken < total:
+        if arrival == float("inf"):
+            chunk = total - taken
+        else:  # about the steps left before the arrival, from the last step's time
+            # (any guess gives the same steps: a chunk taken whole is followed by another)
+            if durations:
+                guess = durations[-1]
+            chunk = min(total - taken, max(int((arrival - end) / guess), 0) + 2)
+        each = time_decodes(m, contexts[taken : taken + chunk])
+        ends = list(accumulate(each, initial=end))
+        k = bisect_left(ends, arrival, 0, chunk)  # steps that start before the arrival
+        if not k and first and not taken:
+            k = 1
+        if ends[k] > exact_below:
+            for i in range(1, k + 1):
+                if start + (ends[i] - start) != ends[i]:
+                    starts += ends[:i]
+                    durations += each[:i]
+                    return taken + i, True, ends[i]
+        starts += ends[:k]
+        durations += each[:k]
+        taken += k
+        end = ends[k]
+        if k < chunk:
+            break
+    return taken, False, end
 
 
 def plan_sums(plan: StepPlan) -> StepSums:

@@ -122,10 +122,13 @@ class Recorder:
         blocks_used: list[int],
         num_blocks: int,
         open_last: bool = False,
+        running: list[int] | None = None,
     ) -> None:
         """Consecutive steps in which every running sequence decodes one token and nobody
         waits: their starts, durations and blocks used; ``sizes`` lists (first step, number of
-        sequences, free blocks the prefix cache keeps before it) wherever that number changes;
+        sequences, free blocks the prefix cache keeps before it) wherever that number changes
+        (``running``: the sequences running as each segment's steps are planned, if more:
+        under async scheduling those that sampled their last token in the step in flight);
         with a prefix cache of ``num_blocks`` blocks (0: none), a step's kept blocks are at most
         its free ones (``DecodeStretch.num_blocks``). Their tokens are recorded as
         ``record_decode_step`` would, but for the last one's with ``open_last`` (it is still
@@ -142,7 +145,8 @@ class Recorder:
         rows.append(k)
         tokens = 0
         for j, (lo, m, kept) in enumerate(sizes):
-            segments += (m, m, 0, m, 0, m, 0, 0, kept, 0, 0, 0, 0, 0, 0, 0, 0)
+            num_running = m if running is None else running[j]
+            segments += (m, m, 0, m, 0, num_running, 0, 0, kept, 0, 0, 0, 0, 0, 0, 0, 0)
             n = rows[j] = rows[j] - lo
             counts.append(m)
             lengths.append(n)

@@ -78,13 +78,13 @@ class Server:
         self._swap_bandwidth = scheduler.swap_bandwidth  # swap copies, timed on their steps
         plain = scheduler.speculates or bool(self._swap_bandwidth) or scheduler.moves_kv
         fast = fast_decode and cost_model.times_from_sums and not plain
-        # Fast windows (when the cost model can time steps from sums; the results are
-        # identical either way, the tests compare both), bounded by ``next_arrival``: when the
-        # next submission can come. ``on_done`` is told ``(number, time)`` when requests
-        # finish (``time`` may be ahead of the clock: inside a window, the end of the step
-        # that finished them). Async scheduling takes its steps in ``ahead.py``.
-        arrival = next_arrival if fast else None
-        ahead = Ahead(env, scheduler, cost_model, recorder, (self._plan, self._apply), arrival)
+        # Fast windows (when the cost model can time steps from sums; the results are identical
+        # either way, the tests compare both), bounded by ``next_arrival``: when the next
+        # submission can come. ``on_done`` is told ``(number, time)`` when requests finish
+        # (``time`` may be ahead of the clock: inside a window, the end of the step that
+        # finished them). Async scheduling takes its steps (and stretches) in ``ahead.py``.
+        arrival, steps = next_arrival if fast else None, (self._plan, self._apply, self._retire)
+        ahead = Ahead(env, scheduler, cost_model, recorder, steps, arrival, on_done is not None)
         self._ahead = ahead if plans_ahead else None
         self._window = (
             FastWindow(

@@ -81,16 +81,27 @@ class DeferredDecodes:
         """Implemented by ``fast_async.py``."""
         raise NotImplementedError
 
+    def _async_stretch(self) -> DecodeStretch | None:
+        """Implemented by ``fast_async.py``."""
+        raise NotImplementedError
+
+    def _take_async(self, n: int, hold_last: bool) -> list[tuple[int, list[Sequence]]]:
+        """Implemented by ``fast_async.py``."""
+        raise NotImplementedError
+
     # -- stretches of pure decode steps ------------------------------------------------------
 
     def decode_stretch(self) -> DecodeStretch | None:
         """The steps ahead in which only the group runs (nobody else runs or waits), while
         its blocks are free; None if the next step is not one (or, with a prefix cache, a
-        member has prompt runs: its blocks are hashed step by step)."""
+        member has prompt runs: its blocks are hashed step by step). Async: the steps
+        after the one in flight (``fast_async.py``)."""
+        if self.async_scheduling:
+            return self._async_stretch()
         if self._fast_plan is not None:
             self.finish_fast_step()
         blocks = self.blocks
-        if self.waiting or self.async_scheduling:  # async: steps one by one (fast_async.py)
+        if self.waiting:
             return None
         run = self._run
         if run is None:
@@ -114,7 +125,11 @@ class DeferredDecodes:
     def take_decodes(self, k: int, hold_last: bool = False) -> list[tuple[int, list[Sequence]]]:
         """Take the first ``k`` steps of the last ``decode_stretch()``; return, for each of
         them in which members finished, (its index in the stretch, who finished). With
-        ``hold_last`` the last is only planned: ``finish_fast_step()`` applies it."""
+        ``hold_last`` the last is only planned: ``finish_fast_step()`` applies it. Async:
+        ``k`` steps planned after the one in flight and as many applied (with ``hold_last``
+        one fewer: two in flight, ``fast_async.py``)."""
+        if self.async_scheduling:
+            return self._take_async(k, hold_last)
         run = self._run
         blocks = self.blocks
         assert run is not None and k > 0

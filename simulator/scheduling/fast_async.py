@@ -18,9 +18,10 @@ from collections import deque
 
 from mypy_extensions import mypyc_attr, trait
 
+from simulator.scheduling.async_run import async_segments
 from simulator.scheduling.decode_run import DecodeRun
 from simulator.scheduling.deferred import DeferredDecodes
-from simulator.scheduling.interface import StepPlan
+from simulator.scheduling.interface import DecodeStretch, StepPlan
 from simulator.scheduling.sequence import Sequence
 
 
@@ -147,37 +148,117 @@ class AsyncSteps(DeferredDecodes):
             self._num_joined += 1
             span += 1
 
-    def _plan_others_async(
-        self, plan: StepPlan, span: int, budget: int, cap: int, free: int
-    ) -> int | None:
-        """``_plan_others`` under async scheduling: each running sequence past the group
-        takes the tokens it asks for (``_wanted``: with its placeholders, none if its step in
-        flight is its last), capped, in order while budget lasts."""
-        running = self._running
+    # -- stretches of pure decode steps ------------------------------------------------------
+
+    def _async_stretch(self) -> DecodeStretch | None:
+        """``decode_stretch()`` under async scheduling: the steps after the one in flight (a
+        fast step of the group alone) in which only the group runs (``async_run.py``); None
+        if the next one is not such a step (or, with a prefix cache, a member has prompt
+        runs: its blocks are hashed step by step)."""
+        run, flight = self._run, self._fast_flight
+        if run is None or run.lag != 1 or self.waiting or self._dropped:
+            return None
+        if len(self._in_flight) != 1 or len(flight) != 1:
+            return None
+        plan = flight[0][0]
+        if plan is not self._in_flight[0] or plan is not self._last_fast or plan.seqs:
+            return None
+        m = run.num_seqs
+        if m != len(self._running) or m > self.max_num_batched_tokens or run.num_shared:
+            return None
+        blocks = self.blocks
+        used, num_blocks = blocks.num_used, blocks.num_blocks
+        if not blocks.caching:
+            return DecodeStretch(async_segments(run, self._in_sums, used, num_blocks), 0)
+        cached = blocks.num_cached_free
+        segments = async_segments(run, self._in_sums, used, num_blocks, cached)
+        return DecodeStretch(segments, num_blocks)
+
+    def _take_async(self, n: int, hold_last: bool) -> list[tuple[int, list[Sequence]]]:
+        """``take_decodes(n)`` under async scheduling: plan the first ``n`` steps of the last
+        ``decode_stretch()`` and apply as many, the one in flight first, as ``fast_step()``
+        and ``finish_fast_step()`` would one by one; return, per step applied in which
+        members finished, (its index, those members). The last step planned is in flight,
+        as the plan that was (``update()`` applies it); with ``hold_last`` the one before it
+        is too (``last_planned()`` is the last one's plan)."""
+        run = self._run
+        assert run is not None and n > 0
         bs = self.blocks.block_size
-        seqs, new_tokens, context = plan.seqs, plan.num_new_tokens, plan.context_lens
-        for i in range(span, len(running)):
-            if budget <= 0:
-                break
-            seq = running[i]
-            n = self._wanted(seq)  # as schedule()'s phase 1 asks it
-            if n < 0:
-                continue
-            c = seq.num_computed
-            if 0 < cap < n:
-                n = cap
-            if n > budget:
-                n = budget
-            need = -(-(c + n) // bs) - seq.num_blocks
-            if need > 0:
-                if need > free:
-                    return None
-                free -= need
-            seqs.append(seq)
-            new_tokens.append(n)
-            context.append(c)
-            budget -= n
-        return budget
+        out: list[tuple[int, list[Sequence]]] = []
+        first = t = run.steps  # the step in flight
+        end = first + n - hold_last
+        leaving = self._in_sums  # planned for the last time in step t
+        self._memo = None  # nobody waits: the head's hit is looked up anew
+        while t < end:
+            if leaving:  # out of the sums for step t + 1; they finish when step t is applied
+                for seq in leaving:
+                    run.drop(seq, bs)
+                u = t + 1
+            else:  # nobody leaves before the next finish
+                u = min(run.next_finish(), end) if run.num_seqs else end
+            self._take_steps(run, t, u)
+            run.steps, run.applied = u, t  # steps t + 1 .. u planned, step t applied
+            for seq in leaving:
+                self._advance_async(seq, run)
+                self._cache_known(seq)
+            for seq in leaving:
+                self._retire(seq)
+            if leaving:
+                out.append((t - first, leaving))
+            run.applied = u - 1  # and the steps before u, in which nobody finished
+            t = u
+            leaving = run.finish_at.pop(u, []) if run.num_seqs else []
+        # the plan in flight (the group alone, nothing sampled into it) stands for the last
+        # step planned: whoever holds it applies that one with ``update()``
+        plan = self._in_flight[0]
+        plan.num_deferred = run.num_seqs
+        plan.deferred_context = run.context_before(end)
+        self._fast_flight[0] = (plan, leaving)
+        self._in_sums = leaving
+        self._num_joined = 0
+        if end > first:  # a step was applied: the last one sampled nothing of its own
+            self._sampled = plan.sampled
+            self._unreported = bool(out) and out[-1][0] == end - first - 1
+        if hold_last:
+            self._plan_held(run)
+        return out
+
+    def _plan_held(self, run: DecodeRun) -> None:
+        """Plan the group's next step behind the one in flight, as ``fast_step()`` does (the
+        stretch said its blocks are free and nobody else runs or waits)."""
+        leaving = self._in_sums  # planned for the last time in the step in flight
+        for seq in leaving:
+            run.drop(seq, self.blocks.block_size)
+        self._dropped += leaving
+        t = run.steps
+        self._take_steps(run, t, t + 1)
+        run.steps = t + 1
+        self._in_sums = run.finish_at.pop(t + 1, []) if run.num_seqs else []
+        plan = StepPlan([], [], [], 0, [])
+        plan.num_deferred = run.num_seqs
+        plan.deferred_context = run.context_before(t + 1)
+        self._in_flight.append(plan)
+        self._fast_flight.append((plan, self._in_sums))
+        self._last_fast = plan
+        self._unreported = False
+
+    def last_planned(self) -> StepPlan | None:
+        """Async scheduling: the plan of the step planned last and not applied, or None."""
+        return self._in_flight[-1] if self._in_flight else None
+
+    def _take_steps(self, run: DecodeRun, t: int, u: int) -> None:
+        """Give the members the blocks of steps ``t + 1`` .. ``u`` (nobody leaving)."""
+        blocks = self.blocks
+        if blocks.caching:
+            self._take_blocks(run, t, u)
+        else:
+            blocks.take(run.blocks_over(t, u, blocks.block_size))
+
+    def _cache_known(self, seq: Sequence) -> None:
+        """A member that sampled its last token: the block it filled caches (known now)."""
+        blocks = self.blocks
+        if blocks.caching:
+            blocks.cache_full(seq, seq.num_computed - seq.in_flight)
 
     # -- applying ----------------------------------------------------------------------------
 
@@ -203,8 +284,7 @@ class AsyncSteps(DeferredDecodes):
                 self._dropped = [s for s in self._dropped if s not in leaving]
             for seq in leaving:
                 self._advance_async(seq, run)
-                if blocks.caching:  # its last token is known: the block it filled caches
-                    blocks.cache_full(seq, seq.num_computed - seq.in_flight)
+                self._cache_known(seq)
         done = self._apply_spec(plan) if plan.seqs else []
         if leaving:
             done = leaving + done

@@ -135,10 +135,7 @@ class FastSteps(AsyncSteps):
         cap = self._cap()
         span = m + len(self._dropped)  # async: members planned no more, not yet applied
         if len(self._running) > span:
-            if asyn:
-                left = self._plan_others_async(plan, span, budget, cap, free)
-            else:
-                left = self._plan_others(plan, span, budget, cap, free)
+            left = self._plan_others(plan, span, budget, cap, free, asyn)
             if left is None:  # a block is missing: preemption
                 return None
         else:
@@ -155,10 +152,14 @@ class FastSteps(AsyncSteps):
         plan.deferred_context = run.context_before(t)
         return plan
 
-    def _plan_others(self, plan: StepPlan, m: int, budget: int, cap: int, free: int) -> int | None:
+    def _plan_others(
+        self, plan: StepPlan, m: int, budget: int, cap: int, free: int, asyn: bool
+    ) -> int | None:
         """Phase 1 past the group: each running sequence after it takes its tokens, capped,
         in order while budget lasts; the budget left, or None if its blocks are missing
-        (``free`` blocks are left after the group's)."""
+        (``free`` blocks are left after the group's). Async (``asyn``): it asks for them as
+        ``schedule()``'s phase 1 does (``_wanted``: with its placeholders, none if its step
+        in flight is its last)."""
         running = self._running
         bs = self.blocks.block_size
         seqs, new_tokens, context = plan.seqs, plan.num_new_tokens, plan.context_lens
@@ -167,7 +168,12 @@ class FastSteps(AsyncSteps):
                 break
             seq = running[i]
             c = seq.num_computed
-            n = seq.num_tokens - c
+            if asyn:
+                n = self._wanted(seq)
+                if n < 0:
+                    continue
+            else:
+                n = seq.num_tokens - c
             if 0 < cap < n:
                 n = cap
             if n > budget:

@@ -19,6 +19,16 @@ def positive(name: str, value: int) -> int:
     return value
 
 
+def check_flags(
+    long_prefill_token_threshold: int, sample_fn: object, eos_token_id: int | None
+) -> None:
+    """A ValueError for a negative prefill cap, or an EOS token without a sampler to reveal it."""
+    if long_prefill_token_threshold < 0:
+        raise ValueError("long_prefill_token_threshold must be >= 0")
+    if sample_fn is None and eos_token_id is not None:
+        raise ValueError("eos_token_id needs a sample_fn (only sampling can reveal an EOS)")
+
+
 @trait  # a part of StepScheduler (mypyc: one of its several bases)
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Intake:

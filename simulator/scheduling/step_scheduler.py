@@ -33,7 +33,7 @@ from mypy_extensions import mypyc_attr
 from simulator.scheduling.encoder_inputs import EncoderInputs
 from simulator.scheduling.fast_step import FastSteps
 from simulator.scheduling.hybrid_kv import kv_manager_for
-from simulator.scheduling.intake import Intake, positive
+from simulator.scheduling.intake import Intake, check_flags, positive
 from simulator.scheduling.interface import Acceptor, ManySampler, Sampler, Scheduler, StepPlan
 from simulator.scheduling.kv_group import KVGroup
 from simulator.scheduling.preemption import Preemption
@@ -83,15 +83,12 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
         """Admit waiting sequences in a step that preempted someone."""
         self.reserve_full_isl = reserve_full_isl
         """Admit only when blocks for all known tokens are free."""
-        if long_prefill_token_threshold < 0:
-            raise ValueError("long_prefill_token_threshold must be >= 0")
+        check_flags(long_prefill_token_threshold, sample_fn, eos_token_id)
         self.long_prefill_token_threshold = long_prefill_token_threshold
         """Most tokens of one sequence per step when others wait or run (0: no cap)."""
         self.priority = priority
         """Serve by ``(priority, arrival)`` instead of first come first served."""
         self._init_speculation(num_speculative_tokens, accept, async_scheduling)
-        if sample_fn is None and eos_token_id is not None:
-            raise ValueError("eos_token_id needs a sample_fn (only sampling can reveal an EOS)")
         self.sample_fn = sample_fn
         """The model's next token of a sequence, or None: tokens are only counted."""
         self.eos_token_id = eos_token_id
@@ -310,10 +307,7 @@ class StepScheduler(Intake, Speculation, TierLoads, Preemption, FastSteps, Sched
                 if 1 + k > budget:
                     break
                 n, padded = 1 + k, True
-            if 0 < cap < n:
-                n = cap
-            if n > budget:
-                n = budget
+            n = min(n, cap, budget) if cap > 0 else min(n, budget)
             if enc is not None and start < seq.mm_end and not (n := enc.plan_chunk(seq, start, n)):
                 skipped.append(waiting.pop())  # vLLM 0.33 skips it this step, keeping its place
                 continue
