@@ -25,7 +25,6 @@ from simulator.scenario.kv_groups import kv_layout_for
 from simulator.scheduling import SchedulerConfig
 
 MODELS = Path(__file__).parents[2] / "shared" / "data" / "models"
-pytestmark = pytest.mark.skipif(not MODELS.is_dir(), reason="../shared/data/models absent")
 
 RUNS = [  # model, GPU, tp: where each fits
     ("gpt-oss-20b", "h100-sxm", 1),
@@ -141,7 +140,6 @@ def test_unknown_layer_kinds_are_one_line_exit_2(
 
 
 def test_kernels_refuses_hybrid_layers_in_one_line() -> None:
-    pytest.importorskip("aiconfigurator_core")
     cfg = validate(_scenario(_path("gpt-oss-20b"), "h100-sxm", 1, "kernels"), "scenario")
     with pytest.raises(InputError, match="kernels does not price gpt-oss-20b's sliding layers"):
         build_cost_model(cfg.cost_model)

@@ -32,7 +32,6 @@ KINDS = {
     "MambaSpec": "mamba",
     "ChunkedLocalAttentionSpec": "chunked_local",
 }
-needs_models = pytest.mark.skipif(not MODELS.is_dir(), reason="../shared/data/models absent")
 
 
 def _llama4_caches(tp: int) -> list[LayerCache]:
@@ -94,7 +93,6 @@ def _ours(layout: KVLayout) -> list[tuple[Any, ...]]:
     )
 
 
-@needs_models
 def test_every_derived_point_equals_vllms() -> None:
     data = json.loads(DATA.read_text())
     matched = refused = 0
@@ -119,7 +117,6 @@ def test_every_derived_point_equals_vllms() -> None:
     assert (matched, refused) == (166, 2)
 
 
-@needs_models
 @pytest.mark.parametrize(
     ("prefix_caching", "block", "mamba_block"), [(False, 4128, 8192), (True, 4224, 4224)]
 )
@@ -141,7 +138,6 @@ def test_nemotron_on_a_gpu(prefix_caching: bool, block: int, mamba_block: int) -
     assert layout.bytes_per_block == 10 * block * 4096  # 8 KV heads x 128 x K,V x bf16
 
 
-@needs_models
 @pytest.mark.parametrize(("kv_dtype", "mla_bytes"), [(None, 1152), ("fp8", 656)])
 def test_deepseek_v32_packs_its_indexer(kv_dtype: str | None, mla_bytes: int) -> None:
     """Not derivable on CPU: from vLLM's code, each of the 61 layers keeps MLA's 576-wide

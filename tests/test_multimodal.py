@@ -282,7 +282,6 @@ def test_kernel_based_models_take_the_measured_encoder_attention() -> None:
     """aiconfigurator-core measures Qwen3-VL's ViT attention (16 heads of 72) on an H100, not
     on an A100; measured, one layer over a 768-token image's 3,072 patches takes longer than
     its FLOPs at the roofline's efficiency, and a physics scenario prices its images so."""
-    pytest.importorskip("aiconfigurator_core")
     from simulator.cost.encoder_attention import MeasuredEncoderAttention
 
     vit = VisionEncoder.from_config(QWEN3_VL)
