@@ -228,3 +228,20 @@ def test_what_hybrid_groups_refuse() -> None:
         sched(SWA, caching=True).attach_tier(KVTier("cpu", 10), 100, 1e9, 0.0)
     with pytest.raises(ValueError, match="swap preemption is not simulated with hybrid"):
         sched(SWA).enable_swap(10, 100, 1e9)
+
+
+def test_a_scenario_giving_groups_prefix_caching_cannot_run_is_refused_by_its_config() -> None:
+    """``scheduler.kv_groups`` given by hand: refused when validated (one line naming the key),
+    not when the scheduler is built (a traceback)."""
+    from pydantic import ValidationError
+
+    from simulator.scheduling.config import SchedulerConfig
+
+    mixed = [
+        {"kind": "full", "block_size": 32},
+        {"kind": "sliding_window", "block_size": 16, "sliding_window": 128},
+    ]
+    with pytest.raises(ValidationError, match=r"kv_groups: .*different block sizes \[16, 32\]"):
+        SchedulerConfig(policy="vllm-v1", kv_groups=mixed)
+    off = SchedulerConfig(policy="vllm-v1", kv_groups=mixed, enable_prefix_caching=False)
+    assert off.kv_groups is not None and len(off.kv_groups) == 2

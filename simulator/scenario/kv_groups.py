@@ -18,7 +18,7 @@ from simulator.cost.model_spec import ModelSpec
 from simulator.cost.presets import derive_num_blocks, load_hardware, load_model
 from simulator.errors import DoesNotFit, InputError, in_field
 from simulator.scheduling import SchedulerConfig
-from simulator.scheduling.kv_group import KVGroup
+from simulator.scheduling.kv_group import KVGroup, caching_refusal
 
 __all__ = ["block_bytes", "kv_layout_for", "with_kv_groups"]
 
@@ -103,12 +103,11 @@ def with_kv_groups(
                 "not start"
             )
     groups = sched.kv_groups if sched.kv_groups is not None else _groups(layout)
-    sizes = sorted({g.block_size for g in groups})
-    if sched.enable_prefix_caching and len(sizes) > 1:  # vLLM hashes at their gcd; not here
+    refusal = caching_refusal(groups, bool(sched.enable_prefix_caching))
+    if refusal is not None:  # derived groups are not validated by SchedulerConfig: said here
         raise InputError(
-            f"{prefix}scheduler.enable_prefix_caching: {model.name}'s KV groups have different "
-            f"block sizes {sizes} (their pages unified), and prefix caching over them is not "
-            "simulated yet: set it to false (docs/hybrid-kv.md)"
+            f"{prefix}scheduler.enable_prefix_caching: {model.name}'s KV groups: {refusal}; "
+            "set it to false (docs/hybrid-kv.md)"
         )
     return sched.model_copy(update={"kv_groups": groups, "num_blocks": num_blocks})
 

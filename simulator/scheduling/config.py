@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from simulator.registry import Registry
 from simulator.scheduling.interface import Scheduler
-from simulator.scheduling.kv_group import KVGroup
+from simulator.scheduling.kv_group import KVGroup, caching_refusal
 from simulator.scheduling.offload_config import KVOffloadConfig
 from simulator.scheduling.step_scheduler import PRESETS, StepScheduler
 
@@ -157,6 +157,9 @@ class SchedulerConfig(BaseModel):
                 "preemption_mode 'swap' is not simulated with kv_offload or async_scheduling "
                 "(vLLM v0 swapped, and had neither)"
             )
+        refusal = caching_refusal(self.kv_groups or [], bool(self.enable_prefix_caching))
+        if refusal is not None:
+            raise ValueError(f"kv_groups: {refusal}; set enable_prefix_caching: false")
         if self.kv_offload is not None and not self.enable_prefix_caching:
             raise ValueError(
                 "kv_offload needs enable_prefix_caching (tiers find blocks by their content)"

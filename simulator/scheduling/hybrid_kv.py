@@ -20,7 +20,7 @@ from math import gcd, lcm
 from simulator.scheduling.block_hash import extend_hashes
 from simulator.scheduling.block_pool import BlockPool
 from simulator.scheduling.group_tables import FullGroup
-from simulator.scheduling.kv_group import KVGroup
+from simulator.scheduling.kv_group import KVGroup, caching_refusal
 from simulator.scheduling.kv_manager import KVManager
 from simulator.scheduling.mamba_group import MambaGroup, aligned_chunk
 from simulator.scheduling.sequence import Sequence
@@ -68,15 +68,9 @@ class HybridKV(KVManager):
     ) -> None:
         sizes = [g.block_size for g in kv_groups]
         super().__init__(num_blocks, lcm(*sizes), caching=caching)
-        mamba_none = any(g.mamba_cache_mode == "none" for g in kv_groups)
-        if caching and mamba_none:
-            raise ValueError("kv_groups: a Mamba group in mode 'none' takes no prefix caching")
-        if caching and not mamba_none and len(set(sizes)) > 1:
-            # vLLM hashes at the gcd and regroups; servesim hashes per one block size
-            raise ValueError(
-                "kv_groups: prefix caching over groups of different block sizes "
-                f"{sorted(set(sizes))} is not simulated"
-            )
+        refusal = caching_refusal(kv_groups, caching)
+        if refusal is not None:
+            raise ValueError(f"kv_groups: {refusal}")
         self.hash_block_size = gcd(*sizes) if caching else self.block_size
         """Tokens per content hash."""
         self.pool = BlockPool(num_blocks)  # identities even without caching: NULL entries

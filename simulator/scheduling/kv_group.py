@@ -42,3 +42,17 @@ class KVGroup(BaseModel):
         if (self.kind == "mamba") != (self.mamba_cache_mode is not None):
             raise ValueError("mamba_cache_mode: required for kind 'mamba' and only there")
         return self
+
+
+def caching_refusal(groups: list[KVGroup], caching: bool) -> str | None:
+    """Why prefix caching cannot run over ``groups`` here, or None: a Mamba group in mode
+    ``none`` keeps no states to hit, and groups of different block sizes vLLM hashes at their
+    gcd, which the KV manager does not (yet)."""
+    if not caching:
+        return None
+    if any(g.mamba_cache_mode == "none" for g in groups):
+        return "a Mamba group in mode 'none' takes no prefix caching (vLLM runs 'align' with it)"
+    sizes = sorted({g.block_size for g in groups})
+    if len(sizes) > 1:
+        return f"prefix caching over groups of different block sizes {sizes} is not simulated yet"
+    return None
